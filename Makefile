@@ -1,0 +1,44 @@
+# Two entry points, each self-contained on a fresh machine (Python >= 3.10 with venv):
+#   make demo   -> creates .venv, installs andrea_jax, trains the tiny model on the built-in corpus
+#   make test   -> creates .venv, installs andrea_jax[test], runs the whole test suite
+# Everything else (bench, notebooks, lint) is optional.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY      = $(VENV)/bin/python
+PIP     = $(PY) -m pip
+# The GPT-2 conversion test compares against Hugging Face transformers, which needs torch.
+# 2.13.0 has a CPU wheel in CI's wheelhouse; override (e.g. TORCH=torch) to take another build.
+TORCH  ?= torch==2.13.0
+WORKDIR ?= runs/tiny
+CONFIG  ?= experiments/tiny.py
+ARGS    ?=
+
+.PHONY: demo test bench notebooks clean
+
+$(VENV)/.base: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e .
+	touch $@
+
+$(VENV)/.test: $(VENV)/.base
+	$(PIP) install -q "$(TORCH)" -e ".[test]"
+	touch $@
+
+demo: $(VENV)/.base
+	$(PY) -m andrea_jax.main --config=$(CONFIG) --workdir=$(WORKDIR) $(ARGS)
+
+test: $(VENV)/.test
+	$(PY) -m pytest -q $(ARGS)
+
+bench: $(VENV)/.test
+	$(PIP) install -q -e ".[bench]"
+	for b in bench/*.py; do $(PY) $$b || exit 1; done
+
+notebooks: $(VENV)/.test
+	$(PIP) install -q -e ".[notebooks]"
+	$(VENV)/bin/jupyter lab notebooks/
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .hypothesis
