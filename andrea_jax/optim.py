@@ -1,0 +1,134 @@
+"""The optimizer: global-norm clipping then AdamW, with a linear warmup and a decay.
+
+ANDREA's two optimizer settings differ only in the warmup (SPEC §2):
+
+* **v1**: ``warmup_steps = 0`` -- the very first update is taken at the peak rate 3e-4;
+* **v2**: ``warmup_steps = 2000`` -- the rate ramps linearly from 0 to 3e-4 over 2000 steps.
+
+After the warmup the rate decays by a cosine to ``min_lr_ratio * peak_lr`` at the end of the run (the
+GPT-2 / nanoGPT / llm.c choice), or stays flat and decays linearly over the last ``decay_steps``
+("wsd", warmup-stable-decay, which lets a run be extended without re-tuning the schedule).
+
+The schedules are written with ``jnp`` rather than ``optax.join_schedules`` so that ``warmup_steps`` and
+``peak_lr`` may be *traced* values: the warmup ablation vmaps one training program over several warmup
+lengths. For static values they equal optax's own schedules (tested).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+SCHEDULES = ("cosine", "wsd", "constant")
+
+Schedule = Callable[[jax.Array], jax.Array]
+
+
+def warmup_decay(step: jax.Array, *, peak_lr, warmup_steps, total_steps: int, kind: str = "cosine",
+                 min_lr_ratio: float = 0.1, decay_steps: int = 0) -> jax.Array:
+  r"""Learning rate at ``step`` (float32 scalar); ``peak_lr`` and ``warmup_steps`` may be traced.
+
+  .. math::
+     \eta(t) = \begin{cases}
+       \eta_{peak}\, t / t_w & t < t_w \\
+       \eta_{min} + (\eta_{peak} - \eta_{min}) \tfrac12 (1 + \cos \pi p) & \text{cosine},\ p = \frac{t - t_w}{T - t_w} \\
+       \eta_{peak} \text{ then linear to } \eta_{min} \text{ over the last } t_d \text{ steps} & \text{wsd}
+     \end{cases}
+
+  with :math:`\eta_{min} = r\,\eta_{peak}`. ``warmup_steps = 0`` gives the peak rate at step 0 (v1).
+
+  Example: ``warmup_decay(0, peak_lr=3e-4, warmup_steps=2000, total_steps=200_000) == 0``.
+  """
+  step = jnp.asarray(step, jnp.float32)
+  peak = jnp.asarray(peak_lr, jnp.float32)
+  tw = jnp.asarray(warmup_steps, jnp.float32)
+  lo = min_lr_ratio * peak
+  warm = peak * step / jnp.maximum(tw, 1.0)
+  if kind == "cosine":
+    p = jnp.clip((step - tw) / jnp.maximum(total_steps - tw, 1.0), 0.0, 1.0)
+    after = lo + (peak - lo) * 0.5 * (1.0 + jnp.cos(jnp.pi * p))
+  elif kind == "wsd":
+    td = float(decay_steps if decay_steps > 0 else max(1, round(0.2 * total_steps)))
+    p = jnp.clip((step - (total_steps - td)) / td, 0.0, 1.0)
+    after = peak + (lo - peak) * p
+  elif kind == "constant":
+    after = peak
+  else:
+    raise ValueError(f"optim.schedule must be one of {SCHEDULES}, got {kind!r}")
+  return jnp.where(step < tw, warm, after)
+
+
+def learning_rate_schedule(cfg: ml_collections.ConfigDict, total_steps: int) -> Schedule:
+  """The schedule ``step -> lr`` described by the ``optim`` config section."""
+  return lambda step: warmup_decay(
+      step, peak_lr=cfg.peak_lr, warmup_steps=cfg.warmup_steps, total_steps=total_steps,
+      kind=cfg.schedule, min_lr_ratio=cfg.min_lr_ratio, decay_steps=cfg.decay_steps)
+
+
+def decay_mask(params):
+  """True for the leaves weight decay applies to: matrices (ndim >= 2); not biases nor LayerNorm."""
+  return jax.tree.map(lambda p: p.ndim >= 2, params)
+
+
+def make_optimizer(cfg: ml_collections.ConfigDict, total_steps: int,
+                   schedule: Schedule | None = None) -> optax.GradientTransformation:
+  """``optax.chain(clip_by_global_norm, adamw)`` from the ``optim`` section.
+
+  ``schedule`` overrides the learning-rate schedule (the warmup ablation passes one with traced
+  parameters); by default it is :func:`learning_rate_schedule`.
+  """
+  validate_optim_config(cfg, total_steps)
+  schedule = schedule or learning_rate_schedule(cfg, total_steps)
+  parts = []
+  if cfg.grad_clip > 0:
+    parts.append(optax.clip_by_global_norm(cfg.grad_clip))
+  parts.append(optax.adamw(learning_rate=schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps,
+                           weight_decay=cfg.weight_decay, mask=decay_mask))
+  return optax.chain(*parts)
+
+
+def _finite_number(cfg, name):
+  v = cfg[name]
+  if isinstance(v, bool) or not isinstance(v, (int, float)):
+    raise TypeError(f"optim.{name} must be a number, got {v!r}")
+  if v != v or v in (float("inf"), float("-inf")):
+    raise ValueError(f"optim.{name} must be finite, got {v!r}")
+  return v
+
+
+def validate_optim_config(cfg: ml_collections.ConfigDict, total_steps: int) -> None:
+  """Reject a bad ``optim`` section, naming the field and the value (before anything compiles)."""
+  for name in ("peak_lr", "min_lr_ratio", "b1", "b2", "eps", "weight_decay", "grad_clip"):
+    _finite_number(cfg, name)
+  for name in ("warmup_steps", "decay_steps", "grad_accum_steps"):
+    v = cfg[name]
+    if isinstance(v, bool) or not isinstance(v, int):
+      raise TypeError(f"optim.{name} must be an integer, got {v!r}")
+    if v < 0:
+      raise ValueError(f"optim.{name} must be >= 0, got {v}")
+  if cfg.peak_lr <= 0:
+    raise ValueError(f"optim.peak_lr must be > 0, got {cfg.peak_lr}")
+  if not 0 <= cfg.min_lr_ratio <= 1:
+    raise ValueError(f"optim.min_lr_ratio must be in [0, 1], got {cfg.min_lr_ratio}")
+  for name in ("b1", "b2"):
+    if not 0 <= cfg[name] < 1:
+      raise ValueError(f"optim.{name} must be in [0, 1), got {cfg[name]}")
+  if cfg.eps <= 0:
+    raise ValueError(f"optim.eps must be > 0, got {cfg.eps}")
+  if cfg.weight_decay < 0 or cfg.grad_clip < 0:
+    raise ValueError(f"optim.weight_decay and optim.grad_clip must be >= 0, got "
+                     f"{cfg.weight_decay} and {cfg.grad_clip}")
+  if cfg.grad_accum_steps < 1:
+    raise ValueError(f"optim.grad_accum_steps must be >= 1, got {cfg.grad_accum_steps}")
+  if cfg.schedule not in SCHEDULES:
+    raise ValueError(f"optim.schedule must be one of {SCHEDULES}, got {cfg.schedule!r}")
+  if cfg.warmup_steps > total_steps:
+    raise ValueError(f"optim.warmup_steps = {cfg.warmup_steps} is longer than the run "
+                     f"(train.num_steps = {total_steps})")
+  if cfg.schedule == "wsd" and cfg.decay_steps > total_steps - cfg.warmup_steps:
+    raise ValueError(f"optim.decay_steps = {cfg.decay_steps} does not fit after the warmup "
+                     f"({cfg.warmup_steps}) in train.num_steps = {total_steps}")
