@@ -1,0 +1,134 @@
+"""Hessian-vector products, Lanczos top eigenvalues and the Hutchinson trace against exact answers."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.flatten_util import ravel_pytree
+
+from andrea_jax import terrain
+
+
+def _sym(seed, eigenvalues):
+  rng = np.random.default_rng(seed)
+  q, _ = np.linalg.qr(rng.normal(size=(len(eigenvalues), len(eigenvalues))))
+  return (q * np.asarray(eigenvalues, dtype=np.float64)) @ q.T, q
+
+
+def _mlp_loss():
+  rng = np.random.default_rng(0)
+  x, y = jnp.asarray(rng.normal(size=(6, 3)), jnp.float32), jnp.asarray(rng.normal(size=(6, 2)),
+                                                                        jnp.float32)
+  params = {"dense": {"kernel": jnp.asarray(rng.normal(size=(3, 4)), jnp.float32),
+                      "bias": jnp.asarray(rng.normal(size=(4,)), jnp.float32)},
+            "out": {"kernel": jnp.asarray(rng.normal(size=(4, 2)), jnp.float32)}}
+
+  def loss_fn(p):
+    h = jnp.tanh(x @ p["dense"]["kernel"] + p["dense"]["bias"][None, :])
+    return jnp.mean((h @ p["out"]["kernel"] - y) ** 2)
+
+  return loss_fn, params
+
+
+def test_hvp_quadratic_and_against_the_full_hessian(maybe_jit):
+  A, _ = _sym(0, [3.0, -1.0, 0.5, 2.0])
+  A_j = jnp.asarray(A, jnp.float32)
+  v = jnp.array([1.0, -2.0, 0.5, 0.0])
+  got = maybe_jit(functools.partial(terrain.hvp, lambda w: 0.5 * w @ A_j @ w))(jnp.ones(4), v)
+  np.testing.assert_allclose(got, A @ np.asarray(v), rtol=1e-5, atol=1e-6)
+
+  loss_fn, params = _mlp_loss()
+  flat, unravel = ravel_pytree(params)
+  H = jax.hessian(lambda f: loss_fn(unravel(f)))(flat)  # reverse-over-forward reference
+  vf = jax.random.normal(jax.random.key(1), flat.shape)
+  got = ravel_pytree(maybe_jit(functools.partial(terrain.hvp, loss_fn))(params, unravel(vf)))[0]
+  np.testing.assert_allclose(got, H @ vf, rtol=1e-4, atol=1e-5)
+
+
+def test_lanczos_recovers_known_eigenvalues_float64():
+  lam = np.concatenate([[10.0, 6.0, 4.5], np.linspace(-2.0, 1.0, 37)])
+  A, _ = _sym(1, lam)
+  with jax.enable_x64(True):
+    A_j = jnp.asarray(A)
+    eig = terrain.hessian_top_eigenvalues(lambda w: 0.5 * w @ A_j @ w, jnp.zeros(40, jnp.float64),
+                                          jax.random.key(0), k=5, num_iters=40)
+    np.testing.assert_allclose(np.asarray(eig), np.sort(lam)[::-1][:5], rtol=1e-10, atol=1e-10)
+
+
+def test_lanczos_float32_matches_to_1e5_and_returns_eigenvectors(maybe_jit):
+  lam = np.concatenate([[10.0, 6.0, 4.5], np.linspace(-2.0, 1.0, 57)])
+  A, Q = _sym(2, lam)
+  A_j = jnp.asarray(A, jnp.float32)
+  params = {"w": jnp.zeros((6, 10), jnp.float32)}  # a pytree; vec(w) indexes A row-major
+  loss_fn = lambda p: 0.5 * p["w"].reshape(-1) @ A_j @ p["w"].reshape(-1)  # noqa: E731
+  run = maybe_jit(lambda p, k: terrain.hessian_top_eigenvalues(
+      loss_fn, p, k, k=3, num_iters=30, return_vectors=True))
+  eig, vecs = run(params, jax.random.key(3))
+  np.testing.assert_allclose(np.asarray(eig), [10.0, 6.0, 4.5], atol=1e-5, rtol=0)
+  assert vecs["w"].shape == (3, 6, 10)
+  top_q = Q[:, np.argsort(lam)[::-1][:3]]  # true eigenvectors, columns
+  for i in range(3):
+    v = np.asarray(vecs["w"][i]).reshape(-1)
+    np.testing.assert_allclose(np.linalg.norm(v), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(abs(v @ top_q[:, i]), 1.0, atol=1e-4)
+
+
+def test_top_means_algebraically_largest():
+  A, _ = _sym(4, [-1.0, -2.0, -5.0, -9.0, -0.5])
+  A_j = jnp.asarray(A, jnp.float32)
+  eig = terrain.hessian_top_eigenvalues(lambda w: 0.5 * w @ A_j @ w, jnp.ones(5), jax.random.key(0),
+                                        k=2, num_iters=5)
+  np.testing.assert_allclose(np.asarray(eig), [-0.5, -1.0], atol=1e-5)
+
+
+def test_breakdown_on_zero_and_low_rank_hessians_gives_no_nan():
+  c = jnp.arange(6.0)
+  eig = terrain.hessian_top_eigenvalues(lambda w: c @ w, jnp.ones(6), jax.random.key(0), k=3,
+                                        num_iters=6)
+  np.testing.assert_array_equal(np.asarray(eig), np.zeros(3))
+  # Rank 2: the Krylov space is exhausted after two steps; the restart keeps T exact.
+  u = np.random.default_rng(5).normal(size=(10, 2))
+  u, _ = np.linalg.qr(u)
+  A = u @ np.diag([3.0, 1.5]) @ u.T
+  A_j = jnp.asarray(A, jnp.float32)
+  eig, vecs = terrain.hessian_top_eigenvalues(lambda w: 0.5 * w @ A_j @ w, jnp.ones(10),
+                                              jax.random.key(1), k=3, num_iters=10,
+                                              return_vectors=True)
+  np.testing.assert_allclose(np.asarray(eig), [3.0, 1.5, 0.0], atol=1e-5)
+  assert np.all(np.isfinite(np.asarray(vecs)))
+
+
+def test_lanczos_on_a_nonlinear_pytree_loss_matches_dense_eigh():
+  loss_fn, params = _mlp_loss()
+  flat, unravel = ravel_pytree(params)
+  H = np.asarray(jax.hessian(lambda f: loss_fn(unravel(f)))(flat), dtype=np.float64)
+  expected = np.linalg.eigvalsh(0.5 * (H + H.T))[::-1][:2]
+  eig = terrain.hessian_top_eigenvalues(loss_fn, params, jax.random.key(2), k=2, num_iters=flat.size)
+  np.testing.assert_allclose(np.asarray(eig), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_lanczos_rejects_bad_k():
+  with pytest.raises(ValueError, match="k must be"):
+    terrain.hessian_top_eigenvalues(lambda w: w @ w, jnp.ones(3), jax.random.key(0), k=4)
+  with pytest.raises(ValueError, match="k must be"):
+    terrain.hessian_top_eigenvalues(lambda w: w @ w, jnp.ones(3), jax.random.key(0), k=0)
+
+
+def test_hutchinson_trace_exact_for_diagonal_and_unbiased_in_general():
+  d = jnp.array([1.0, -2.0, 3.5, 0.25])
+  tr, se = terrain.hessian_trace(lambda w: 0.5 * jnp.sum(d * w ** 2), jnp.ones(4),
+                                 jax.random.key(0), 7)
+  # z_i^2 = 1 for Rademacher z: every sample equals the trace exactly.
+  np.testing.assert_allclose(float(tr), 2.75, rtol=1e-6)
+  np.testing.assert_allclose(float(se), 0.0, atol=1e-6)
+
+  A, _ = _sym(6, [4.0, 2.0, 1.0, -1.0, 0.5, 3.0])
+  A_j = jnp.asarray(A, jnp.float32)
+  num = 4000
+  tr, _ = terrain.hessian_trace(lambda p: 0.5 * p["a"].reshape(-1) @ A_j @ p["a"].reshape(-1),
+                                {"a": jnp.zeros((2, 3))}, jax.random.key(1), num, batch_size=1000)
+  # Var(z^T A z) = 2 sum_{i != j} A_ij^2 for Rademacher z.
+  se = np.sqrt(2 * (np.sum(A ** 2) - np.sum(np.diag(A) ** 2)) / num)
+  assert abs(float(tr) - np.trace(A)) < 4.5 * se, (float(tr), np.trace(A), se)
