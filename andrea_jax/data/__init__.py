@@ -1,0 +1,34 @@
+"""The data pipeline: tokenizers, preparing sources into shards, the built-in corpus, the sampler.
+
+* :mod:`tokenizers` -- ``load_tokenizer("bytes" | tokenizers .json | SentencePiece .model)``,
+  ``train_bpe``.
+* :mod:`readers`, :mod:`prepare_lib`, :mod:`manifest` -- local files (JSONL, text, Parquet) to
+  token shards and ``manifest.json``; command line ``python -m andrea_jax.data.prepare``.
+* :mod:`shards` -- ``PreparedData.open``: memory-mapped shards, every check before training starts.
+* :mod:`corpus` (with :mod:`styles`, :mod:`textgen`) -- the synthetic built-in corpus.
+* :mod:`sampler` -- ``allocate``, ``MixtureSampler``, ``eval_batches``;
+  :mod:`prefetch` -- ``Prefetcher``.
+* :mod:`config` -- the ``data`` config section and ``open_training_data``.
+"""
+
+from andrea_jax.data.config import (data_config, default_cache_dir, open_training_data,
+                                    validate_data_config)
+from andrea_jax.data.corpus import builtin_documents, ensure_builtin, generate_builtin
+from andrea_jax.data.errors import DataError
+from andrea_jax.data.prefetch import Prefetcher
+from andrea_jax.data.prepare_lib import PrepareResult, prepare
+from andrea_jax.data.readers import SourceSpec
+from andrea_jax.data.sampler import (MixtureSampler, allocate, eval_batches, pack_rows,
+                                     realised_shares)
+from andrea_jax.data.shards import PreparedData
+from andrea_jax.data.styles import NOISE_SOURCE
+from andrea_jax.data.tokenizers import (ByteTokenizer, HFTokenizer, SentencePieceTokenizer,
+                                        Tokenizer, load_tokenizer, train_bpe)
+
+__all__ = [
+    "ByteTokenizer", "DataError", "HFTokenizer", "MixtureSampler", "NOISE_SOURCE", "Prefetcher",
+    "PrepareResult", "PreparedData", "SentencePieceTokenizer", "SourceSpec", "Tokenizer",
+    "allocate", "builtin_documents", "data_config", "default_cache_dir", "ensure_builtin",
+    "eval_batches", "generate_builtin", "load_tokenizer", "open_training_data", "pack_rows",
+    "prepare", "realised_shares", "train_bpe", "validate_data_config",
+]

@@ -1,0 +1,48 @@
+"""Command line: tokenize a config's sources into token shards and a manifest.
+
+The config file's ``data`` section is :func:`andrea_jax.data.config.data_config`; the work is done by
+:func:`andrea_jax.data.prepare_lib.prepare` (see there for what is guaranteed)::
+
+  python -m andrea_jax.data.prepare --config experiments/tiny.py --out /data/andrea_prepared
+  python -m andrea_jax.data.prepare --config my_config.py --config.data.workers=16 --out DIR
+
+A second run into the same ``--out`` redoes only the sources whose inputs changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from andrea_jax.data.config import prepare_from_config, validate_data_config
+from andrea_jax.data.prepare_lib import PrepareResult, prepare  # re-exported for convenience
+from andrea_jax.data.tokenizers import load_tokenizer
+
+__all__ = ["PrepareResult", "main", "prepare"]
+
+
+def main(argv: Sequence[str]) -> None:
+  """``python -m andrea_jax.data.prepare --config FILE --out DIR``: prepares the config's data."""
+  del argv
+  cfg, out = flags.FLAGS.config, flags.FLAGS.out
+  data = cfg.data if "data" in cfg else cfg
+  validate_data_config(data)
+  tok = load_tokenizer(data.tokenizer)
+  result = prepare_from_config(data, tok, out, progress=True)
+  m = result.manifest
+  print(f"{out}: tokenizer {m['tokenizer']['name']}, dtype {m['dtype']}; prepared "
+        f"{list(result.prepared)}, already finished {list(result.skipped)}")
+  for name, e in m["sources"].items():
+    print(f"  {name:18s} {e['documents']['train']:>9d} docs {e['tokens']['train']:>13d} train "
+          f"tokens {e['tokens']['eval']:>11d} eval tokens in {len(e['shards']['train'])} shard(s)")
+
+
+if __name__ == "__main__":
+  # Defined here, not at import, so that importing this module never clashes with a trainer's flags.
+  config_flags.DEFINE_config_file("config", None, "config file with a `data` section",
+                                  lock_config=True)
+  flags.DEFINE_string("out", None, "directory to write the prepared shards and manifest to")
+  flags.mark_flags_as_required(["config", "out"])
+  app.run(main)

@@ -1,0 +1,280 @@
+"""Tokenize each source's local files into token shards and a manifest (see :mod:`manifest`).
+
+The command line is :mod:`andrea_jax.data.prepare`. What :func:`prepare` guarantees:
+
+* every document becomes ``[eod_id] + encode(document)``, so with a document mask each target is
+  predictable from its own segment (the last token of a document predicts the next one's leading
+  ``eod_id``);
+* one document in every block of ``round(1 / eval_fraction)`` consecutive documents of a source (and
+  one of its first two) is held out for evaluation, at a place in the block given by
+  ``splitmix64(source, block)``: whole documents, the same ones on every run;
+* the output is a pure function of the input files, the options and the tokenizer (same input, same
+  bytes), whatever the number of workers;
+* a source whose manifest entry matches its inputs (sizes and SHA-256 of every file, options,
+  tokenizer) and its shards (present, with the recorded sizes) is finished and is not redone. Shard
+  contents are checked against their SHA-256 when the data is opened
+  (:class:`andrea_jax.data.shards.PreparedData`).
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import functools
+import multiprocessing
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import tqdm
+
+from andrea_jax.data import hashing
+from andrea_jax.data import manifest as mf
+from andrea_jax.data import readers
+from andrea_jax.data.errors import DataError
+from andrea_jax.data.tokenizers import Tokenizer, load_tokenizer
+from andrea_jax.sources import SOURCES, source_index
+
+DEFAULT_SHARD_TOKENS = 1 << 28  # 512 MiB of uint16 tokens per shard
+
+
+class PrepareResult(NamedTuple):
+  """What :func:`prepare` did: the manifest, the sources tokenized and those found finished."""
+  manifest: dict[str, Any]
+  prepared: tuple[str, ...]
+  skipped: tuple[str, ...]
+
+
+def eval_mask(source: str, first_doc: int, num_docs: int, eval_fraction: float) -> np.ndarray:
+  """``[num_docs]`` bool: which of documents ``first_doc ..`` of ``source`` are held out.
+
+  Documents ``0, 1`` form block 0 (so that any source of two documents or more has a held-out one),
+  then blocks of ``k = max(2, round(1 / eval_fraction))`` follow: block ``b >= 1`` is documents
+  ``2 + (b-1) k .. 1 + b k``. Exactly one document per full block is held out, the one at offset
+  ``splitmix64(name_key(source) ^ b) % size(b)`` in its block.
+
+  Example:
+    >>> int(eval_mask("chat", 0, 1002, 0.01).sum())   # block 0 and ten blocks of 100
+    11
+  """
+  if eval_fraction <= 0 or num_docs == 0:
+    return np.zeros(num_docs, bool)
+  k = max(2, int(round(1.0 / eval_fraction)))
+  i_N = np.arange(first_doc, first_doc + num_docs, dtype=np.int64)
+  block_N = np.where(i_N < 2, 0, 1 + (i_N - 2) // k)
+  start_N = np.where(block_N == 0, 0, 2 + (block_N - 1) * k)
+  size_N = np.where(block_N == 0, 2, k).astype(np.uint64)
+  key_N = hashing.splitmix64(block_N.astype(np.uint64) ^ np.uint64(hashing.name_key(source)))
+  return (i_N - start_N).astype(np.uint64) == key_N % size_N
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_tokenizer(spec: str, fingerprint: str) -> Tokenizer:
+  tok = load_tokenizer(spec)
+  if tok.fingerprint != fingerprint:
+    raise DataError(f"tokenizer {spec!r} changed on disk while preparing")
+  return tok
+
+
+def _tokenize_unit(tokenizer: Tokenizer | tuple[str, str], dtype: str,
+                   unit: readers.WorkUnit) -> tuple[np.ndarray, np.ndarray]:
+  """Reads and tokenizes one work unit: ``(tokens [N] dtype, doc_lengths [D] int64)``, each
+  document as ``[eod] + ids``. Workers get ``(spec, fingerprint)`` and load the tokenizer once."""
+  tok = _cached_tokenizer(*tokenizer) if isinstance(tokenizer, tuple) else tokenizer
+  docs = readers.read_unit(unit)
+  encoded = tok.encode_batch(docs) if docs else []
+  eod_1 = np.array([tok.eod_id], np.int64)
+  lengths_D = np.array([len(ids) + 1 for ids in encoded], np.int64)
+  if not encoded:
+    return np.zeros(0, dtype), lengths_D
+  tokens_N = np.concatenate([part for ids in encoded for part in (eod_1, ids)])
+  if tokens_N.min() < 0 or tokens_N.max() >= tok.vocab_size:
+    raise DataError(f"{unit.path}: tokenizer {tok.name} produced id {tokens_N.max()} outside "
+                    f"[0, {tok.vocab_size})")
+  return tokens_N.astype(dtype), lengths_D
+
+
+def _unit_weights(units: list[readers.WorkUnit]) -> list[int]:
+  """Input bytes each unit stands for (Parquet row groups share their file's size), for progress."""
+  weights = []
+  for u in units:
+    if u.format == "parquet":
+      n = sum(1 for v in units if v.path == u.path)
+      weights.append(os.path.getsize(u.path) // n)
+    else:
+      weights.append(u.stop - u.start)
+  return weights
+
+
+def _input_record(spec: readers.SourceSpec, files: list[str], shard_tokens: int,
+                  pool: concurrent.futures.Executor | None) -> dict[str, Any]:
+  digests = list(pool.map(hashing.sha256_file, files)) if pool else [
+      hashing.sha256_file(f) for f in files]
+  return {"format": spec.format, "text_field": spec.text_field,
+          "separator": spec.separator if spec.format == "text" else None,
+          "eval_fraction": float(spec.eval_fraction), "shard_tokens": int(shard_tokens),
+          "files": [{"path": f, "bytes": os.path.getsize(f), "sha256": d}
+                    for f, d in zip(files, digests)]}
+
+
+def _content(inputs: dict[str, Any]) -> dict[str, Any]:
+  """The part of an input record that decides the output (file paths may move)."""
+  return {**inputs, "files": [(f["bytes"], f["sha256"]) for f in inputs["files"]]}
+
+
+def _is_finished(out_dir: str, entry: dict[str, Any] | None, inputs: dict[str, Any],
+                 fingerprint: str, itemsize: int) -> bool:
+  if not entry or entry.get("tokenizer", {}).get("fingerprint") != fingerprint:
+    return False
+  if _content(entry.get("inputs", {"files": []})) != _content(inputs):
+    return False
+  for split in mf.SPLITS:
+    for shard in entry["shards"][split]:
+      file = os.path.join(out_dir, shard["file"])
+      if not os.path.isfile(file) or os.path.getsize(file) != shard["tokens"] * itemsize:
+        return False
+  return True
+
+
+def _remove_source_files(out_dir: str, source: str) -> None:
+  """Deletes the shard and temporary files of ``source``."""
+  for name in os.listdir(out_dir):
+    is_shard = name.startswith(f"{source}.") and name.endswith(".bin") and (
+        name[len(source) + 1:].split(".")[0] in mf.SPLITS)
+    is_tmp = name.startswith(f".{source}.") and ".tmp" in name
+    if is_shard or is_tmp:
+      os.remove(os.path.join(out_dir, name))
+
+
+def _worker_init() -> None:
+  # Each worker is one of many processes: the tokenizers library must not add a thread per core.
+  os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+
+def _results(call, units: list[readers.WorkUnit], pool: concurrent.futures.Executor | None,
+             window: int):
+  """``call(unit)`` for each unit, in order; at most ``window`` units in flight in the pool."""
+  if pool is None:
+    yield from map(call, units)
+    return
+  todo = iter(units)
+  pending = collections.deque(pool.submit(call, u) for _, u in zip(range(window), todo))
+  while pending:
+    result = pending.popleft().result()
+    nxt = next(todo, None)
+    if nxt is not None:
+      pending.append(pool.submit(call, nxt))
+    yield result
+
+
+def _prepare_source(source: str, spec: readers.SourceSpec, files: list[str], tok: Tokenizer,
+                    out_dir: str, dtype: np.dtype, shard_tokens: int,
+                    pool: concurrent.futures.Executor | None, workers: int,
+                    progress: bool) -> dict[str, Any]:
+  units = [u for f in files for u in readers.work_units(f, spec)]
+  weights = _unit_weights(units)
+  writers = {s: mf.ShardWriter(out_dir, source, s, dtype, shard_tokens) for s in mf.SPLITS}
+  docs = {s: 0 for s in mf.SPLITS}
+  call = functools.partial(_tokenize_unit, tok if pool is None else (tok.spec, tok.fingerprint),
+                           dtype.str)
+  first_doc = 0
+  with tqdm.tqdm(total=sum(weights), unit="B", unit_scale=True, desc=f"prepare {source}",
+                 disable=not progress, leave=False) as bar:
+    for (tokens_N, lengths_D), weight in zip(_results(call, units, pool, 2 * workers), weights):
+      held_D = eval_mask(source, first_doc, lengths_D.size, spec.eval_fraction)
+      first_doc += lengths_D.size
+      held_N = np.repeat(held_D, lengths_D)
+      writers["train"].write(tokens_N[~held_N])
+      writers["eval"].write(tokens_N[held_N])
+      docs["eval"] += int(held_D.sum())
+      docs["train"] += int(lengths_D.size - held_D.sum())
+      bar.update(weight)
+  shards = {s: writers[s].close() for s in mf.SPLITS}
+  return {"source": source, "dtype": dtype.name,
+          "tokenizer": {"name": tok.name, "fingerprint": tok.fingerprint},
+          "documents": docs,
+          "tokens": {s: sum(x["tokens"] for x in shards[s]) for s in mf.SPLITS},
+          "inputs": None, "shards": shards}
+
+
+def prepare(sources: Mapping[str, readers.SourceSpec], tokenizer: Tokenizer, out_dir: str, *,
+            shard_tokens: int = DEFAULT_SHARD_TOKENS, workers: int = 1, progress: bool = True,
+            known_sources: Sequence[str] = SOURCES) -> PrepareResult:
+  """Tokenizes every source of ``sources`` into ``out_dir``; finished sources are skipped.
+
+  Args:
+    sources: source name -> :class:`SourceSpec` (names from ``known_sources``).
+    tokenizer: the tokenizer; worker processes rebuild it from ``tokenizer.spec``.
+    out_dir: the prepared directory (created if needed).
+    shard_tokens: the most tokens per shard file.
+    workers: processes reading and tokenizing in parallel; 1 works in this process, 0 = all CPUs.
+    progress: show a tqdm bar per source.
+    known_sources: the valid source names, in manifest order.
+
+  Returns:
+    :class:`PrepareResult`.
+
+  Example:
+    >>> spec = SourceSpec(paths=("corpus/chat/*.jsonl",), format="jsonl", text_field="text")
+    >>> prepare({"chat": spec}, load_tokenizer("bytes"), "/tmp/prepared").prepared
+    ('chat',)
+  """
+  order = {s: source_index(s, known_sources) for s in sources}
+  for name, spec in sources.items():
+    readers.check_spec(name, spec)
+  if int(shard_tokens) < 1:
+    raise ValueError(f"shard_tokens must be >= 1, got {shard_tokens}")
+  if int(workers) < 0:
+    raise ValueError(f"workers must be >= 0, got {workers}")
+  workers = int(workers) or (os.cpu_count() or 1)
+  os.makedirs(out_dir, exist_ok=True)
+  dtype = mf.token_dtype(tokenizer.vocab_size)
+  header = {"format_version": mf.FORMAT_VERSION,
+            "tokenizer": {"name": tokenizer.name, "fingerprint": tokenizer.fingerprint,
+                          "vocab_size": int(tokenizer.vocab_size), "eod_id": int(tokenizer.eod_id)},
+            "dtype": dtype.name}
+  try:
+    old = mf.read_manifest(out_dir)
+  except DataError:
+    old = None
+  entries: dict[str, Any] = {}
+  if old is not None and all(old.get(k) == v for k, v in header.items()):
+    entries = {k: v for k, v in old["sources"].items() if k in known_sources}
+  elif old is not None:  # another tokenizer or format: none of the old shards can be reused
+    for name in old.get("sources", {}):
+      _remove_source_files(out_dir, name)
+
+  def write(entries):
+    ordered = dict(sorted(entries.items(), key=lambda kv: source_index(kv[0], known_sources)))
+    mf.write_manifest(out_dir, {**header, "sources": ordered})
+
+  prepared, skipped = [], []
+  pool = None
+  if workers > 1:
+    pool = concurrent.futures.ProcessPoolExecutor(
+        workers, mp_context=multiprocessing.get_context("spawn"),
+        initializer=_worker_init)
+  try:
+    for name in sorted(sources, key=order.__getitem__):
+      spec = sources[name]
+      files = readers.resolve_files(name, spec)
+      inputs = _input_record(spec, files, shard_tokens, pool)
+      if _is_finished(out_dir, entries.get(name), inputs, tokenizer.fingerprint, dtype.itemsize):
+        skipped.append(name)
+        continue
+      if name in entries:  # its shards are about to be rewritten: unlist them first
+        del entries[name]
+        write(entries)
+      _remove_source_files(out_dir, name)
+      entry = _prepare_source(name, spec, files, tokenizer, out_dir, dtype, int(shard_tokens),
+                              pool, workers, progress)
+      entry["inputs"] = inputs
+      entries[name] = entry
+      write(entries)
+      prepared.append(name)
+    write(entries)
+  finally:
+    if pool is not None:
+      pool.shutdown(cancel_futures=True)
+  return PrepareResult(mf.read_manifest(out_dir), tuple(prepared), tuple(skipped))

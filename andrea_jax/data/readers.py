@@ -1,0 +1,178 @@
+"""Reading documents from a source's local files: JSON Lines, plain text and Parquet.
+
+Formats (``SourceSpec.format``):
+
+* ``"jsonl"``: one JSON object per line; the document is the string under ``text_field``. Blank
+  lines are skipped.
+* ``"text"``: UTF-8 text. A line that is exactly ``separator`` (default ``<|endoftext|>``, LF line
+  ends) separates two documents; the newline before it belongs to the separator. A file without a
+  separator line is one document. Blank lines inside a document are kept, so documents may hold
+  paragraphs.
+* ``"parquet"``: the string column ``text_field``, one document per row (read with pyarrow).
+
+Empty documents are dropped in every format. Large files are cut into work units (JSONL byte ranges
+ending on line breaks, Parquet row groups) so that a process pool can read and tokenize them in
+parallel while the order of documents stays the order of the files.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from typing import NamedTuple
+
+from andrea_jax.data.errors import DataError
+
+FORMATS = ("jsonl", "text", "parquet")
+DEFAULT_SEPARATOR = "<|endoftext|>"
+JSONL_CHUNK_BYTES = 32 << 20  # bytes of JSONL per work unit
+
+
+class SourceSpec(NamedTuple):
+  """Where one source's documents live and how to read them.
+
+  Attributes:
+    paths: glob patterns (``**`` allowed), expanded and sorted pattern by pattern.
+    format: ``"jsonl"``, ``"text"`` or ``"parquet"``.
+    text_field: the JSON key (``jsonl``) or the column (``parquet``) holding the text.
+    separator: ``text`` only: the line that separates documents.
+    eval_fraction: share of documents held out for evaluation, in [0, 0.5]: one of the first two
+      documents, then one in every block of ``round(1 / eval_fraction)`` consecutive documents (at a
+      pseudo-random place in each block); 0 holds out nothing.
+  """
+  paths: tuple[str, ...]
+  format: str = "jsonl"
+  text_field: str = "text"
+  separator: str = DEFAULT_SEPARATOR
+  eval_fraction: float = 0.01
+
+
+class WorkUnit(NamedTuple):
+  """A piece of one input file: JSONL bytes ``[start, stop)``, Parquet row group ``start``, or a
+  whole text file."""
+  path: str
+  format: str
+  text_field: str
+  separator: str
+  start: int
+  stop: int
+
+
+def check_spec(source: str, spec: SourceSpec) -> None:
+  """Raises ``ValueError`` naming the source and the field for an invalid :class:`SourceSpec`."""
+  if isinstance(spec.paths, str) or not spec.paths:
+    raise ValueError(f"source {source!r}: paths must be a non-empty list of globs, "
+                     f"got {spec.paths!r}")
+  if spec.format not in FORMATS:
+    raise ValueError(f"source {source!r}: format must be one of {FORMATS}, got {spec.format!r}")
+  if spec.format != "text" and not spec.text_field:
+    raise ValueError(f"source {source!r}: text_field is empty")
+  if spec.format == "text" and (not spec.separator or "\n" in spec.separator):
+    raise ValueError(f"source {source!r}: separator must be a non-empty single line, "
+                     f"got {spec.separator!r}")
+  if not 0.0 <= float(spec.eval_fraction) <= 0.5:
+    raise ValueError(f"source {source!r}: eval_fraction must lie in [0, 0.5], "
+                     f"got {spec.eval_fraction!r}")
+
+
+def resolve_files(source: str, spec: SourceSpec) -> list[str]:
+  """The input files of a source: each glob expanded and sorted, in pattern order, no repeats."""
+  files: dict[str, None] = {}
+  for pattern in spec.paths:
+    matches = sorted(p for p in glob.glob(os.path.expanduser(pattern), recursive=True)
+                     if os.path.isfile(p))
+    if not matches:
+      raise DataError(f"source {source!r}: no file matches {pattern!r}")
+    files.update(dict.fromkeys(matches))
+  return list(files)
+
+
+def work_units(path: str, spec: SourceSpec, chunk_bytes: int = JSONL_CHUNK_BYTES) -> list[WorkUnit]:
+  """Cuts one input file into work units (see :class:`WorkUnit`), in document order."""
+  unit = lambda a, b: WorkUnit(path, spec.format, spec.text_field, spec.separator, a, b)
+  if spec.format == "parquet":
+    import pyarrow.parquet as pq
+    try:
+      groups = pq.ParquetFile(path).num_row_groups
+    except Exception as e:  # pyarrow raises ArrowInvalid, OSError, ...
+      raise DataError(f"{path}: not a readable Parquet file ({e})") from e
+    return [unit(g, g + 1) for g in range(groups)]
+  size = os.path.getsize(path)
+  if spec.format == "text" or size <= chunk_bytes:
+    return [unit(0, size)]
+  bounds = [0]
+  with open(path, "rb") as f:
+    while bounds[-1] + chunk_bytes < size:
+      f.seek(bounds[-1] + chunk_bytes)
+      f.readline()  # move to the start of the next line so no JSON record is cut
+      bounds.append(min(f.tell(), size))
+  if bounds[-1] < size:
+    bounds.append(size)
+  return [unit(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+
+def read_unit(unit: WorkUnit) -> list[str]:
+  """The non-empty documents of a work unit, in order; ``DataError`` naming file and position."""
+  if unit.format == "jsonl":
+    return _read_jsonl(unit)
+  if unit.format == "text":
+    return _read_text(unit)
+  return _read_parquet(unit)
+
+
+def _read_jsonl(unit: WorkUnit) -> list[str]:
+  with open(unit.path, "rb") as f:
+    f.seek(unit.start)
+    data = f.read(unit.stop - unit.start)
+  docs = []
+  offset = unit.start
+  for line in data.split(b"\n"):
+    where = f"{unit.path}, byte {offset}"
+    offset += len(line) + 1
+    if not line.strip():
+      continue
+    try:
+      record = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+      raise DataError(f"{where}: invalid JSON line ({e})") from e
+    if not isinstance(record, dict) or unit.text_field not in record:
+      raise DataError(f"{where}: no field {unit.text_field!r} in the JSON record")
+    text = record[unit.text_field]
+    if not isinstance(text, str):
+      raise DataError(f"{where}: field {unit.text_field!r} is {type(text).__name__}, not a string")
+    if text:
+      docs.append(text)
+  return docs
+
+
+def _read_text(unit: WorkUnit) -> list[str]:
+  with open(unit.path, "rb") as f:
+    data = f.read()
+  try:
+    text = data.decode("utf-8")
+  except UnicodeDecodeError as e:
+    raise DataError(f"{unit.path}, byte {e.start}: invalid UTF-8") from e
+  docs, current = [], []
+  for line in text.split("\n"):
+    if line == unit.separator:
+      docs.append("\n".join(current))
+      current = []
+    else:
+      current.append(line)
+  docs.append("\n".join(current))
+  return [d for d in docs if d]
+
+
+def _read_parquet(unit: WorkUnit) -> list[str]:
+  import pyarrow as pa
+  import pyarrow.parquet as pq
+
+  pf = pq.ParquetFile(unit.path)
+  names = pf.schema_arrow.names
+  if unit.text_field not in names:
+    raise DataError(f"{unit.path}: no column {unit.text_field!r} (columns: {names})")
+  column = pf.read_row_group(unit.start, columns=[unit.text_field]).column(0)
+  if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+    raise DataError(f"{unit.path}: column {unit.text_field!r} has type {column.type}, not string")
+  return [t for t in column.to_pylist() if t]

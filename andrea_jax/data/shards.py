@@ -1,0 +1,177 @@
+"""Opening prepared data: memory-mapped token shards, checked before training starts.
+
+:meth:`PreparedData.open` reads ``manifest.json``, memory-maps every shard read-only and raises one
+:class:`DataError` naming the source, the file and the position for any of: a missing or empty
+required source, a source the run does not know, a missing or truncated shard, a shard whose SHA-256
+differs from the manifest, a token id at or above the vocabulary size, a tokenizer other than the
+one the data was prepared with.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from andrea_jax.data import manifest as mf
+from andrea_jax.data.errors import DataError
+from andrea_jax.data.tokenizers import Tokenizer
+from andrea_jax.sources import SOURCES, check_sources
+
+_CHECK_CHUNK = 1 << 24  # tokens per block when hashing a shard and scanning its maximum
+
+
+def _check_shard(file: str, source: str, tokens_N: np.ndarray, sha256: str,
+                 vocab_size: int) -> None:
+  """SHA-256 of the shard's bytes and its largest id, block by block (one pass over the file)."""
+  h = hashlib.sha256()
+  bad = None
+  for start in range(0, tokens_N.size, _CHECK_CHUNK):
+    block_N = np.asarray(tokens_N[start:start + _CHECK_CHUNK])
+    h.update(block_N.tobytes())
+    if bad is None and block_N.max() >= vocab_size:
+      offset = int(np.argmax(block_N >= vocab_size))
+      bad = (start + offset, int(block_N[offset]))
+  if h.hexdigest() != sha256:
+    raise DataError(f"shard {file} of source {source!r}: SHA-256 {h.hexdigest()} does not match "
+                    f"the manifest's {sha256}; the file was modified or corrupted, prepare it "
+                    "again")
+  if bad is not None:
+    raise DataError(f"shard {file} of source {source!r}: token id {bad[1]} at position {bad[0]} is "
+                    f">= the vocabulary size {vocab_size}")
+
+
+class PreparedData:
+  """Token shards of a prepared directory, memory-mapped, with their manifest.
+
+  Attributes:
+    path: the prepared directory.
+    manifest: the parsed ``manifest.json``.
+    sources: the run's sources, in weight-vector order.
+    required: the sources the run samples from (present with training tokens).
+    vocab_size, eod_id: of the tokenizer the data was prepared with.
+    tokenizer_name, fingerprint: the same tokenizer's name and SHA-256.
+    dtype: ``uint16`` or ``uint32``.
+  """
+
+  def __init__(self, path: str, manifest: dict[str, Any], sources: tuple[str, ...],
+               required: tuple[str, ...], vocab_size: int,
+               shards: dict[tuple[str, str], tuple[np.ndarray, ...]]):
+    self.path, self.manifest = path, manifest
+    self.sources, self.required = sources, required
+    self.vocab_size = int(vocab_size)
+    self.eod_id = int(manifest["tokenizer"]["eod_id"])
+    self.tokenizer_name = manifest["tokenizer"]["name"]
+    self.fingerprint = manifest["tokenizer"]["fingerprint"]
+    self.dtype = np.dtype(manifest["dtype"])
+    self._shards = shards
+
+  @classmethod
+  def open(cls, path: str | os.PathLike, *, tokenizer: Tokenizer | None = None,
+           sources: Sequence[str] = SOURCES, required: Sequence[str] | None = None,
+           verify: bool = True) -> PreparedData:
+    """Opens and checks a prepared directory.
+
+    Args:
+      path: directory holding ``manifest.json`` and the shards.
+      tokenizer: the run's tokenizer; its fingerprint must equal the manifest's. ``None`` trusts the
+        manifest's vocabulary size.
+      sources: the run's sources (every weight vector is in this order); the manifest may hold no
+        other source.
+      required: the sources the run samples from; each must be present with training tokens.
+        Default: all of ``sources``. The others may be absent.
+      verify: also hash every shard and scan its largest token id (one read of the data). Sizes,
+        presence and the tokenizer are always checked.
+
+    Returns:
+      The opened data.
+
+    Example:
+      >>> data = PreparedData.open("/tmp/prepared", tokenizer=load_tokenizer("bytes"))
+      >>> data.num_tokens("chat"), data.shards("chat")[0].dtype
+      (1048576, dtype('uint16'))
+    """
+    path = os.fspath(path)
+    sources = check_sources(sources)
+    required = sources if required is None else check_sources(required, "required")
+    unknown_required = [s for s in required if s not in sources]
+    if unknown_required:
+      raise DataError(f"required sources {unknown_required} are not among the run's sources")
+    manifest = mf.read_manifest(path)
+    where = os.path.join(path, mf.MANIFEST)
+    tok_info = manifest["tokenizer"]
+    if tokenizer is not None and tokenizer.fingerprint != tok_info["fingerprint"]:
+      raise DataError(
+          f"{where}: the data was prepared with tokenizer {tok_info['name']!r} (fingerprint "
+          f"{tok_info['fingerprint'][:16]}...), the run uses {tokenizer.name!r} (fingerprint "
+          f"{tokenizer.fingerprint[:16]}...); prepare the data again with the run's tokenizer")
+    vocab_size = tokenizer.vocab_size if tokenizer is not None else int(tok_info["vocab_size"])
+    unknown = [s for s in manifest["sources"] if s not in sources]
+    if unknown:
+      raise DataError(f"{where}: sources {unknown} are not among the run's sources {list(sources)}")
+    for s in required:
+      entry = manifest["sources"].get(s)
+      if entry is None:
+        raise DataError(f"{where}: required source {s!r} is missing; prepare it or leave it out of "
+                        "the sources the run samples from")
+      if entry.get("tokens", {}).get("train", 0) == 0:
+        raise DataError(f"{where}: required source {s!r} has 0 training tokens")
+    try:
+      dtype = np.dtype(manifest["dtype"]).newbyteorder("<")
+    except TypeError as e:
+      raise DataError(f"{where}: unknown dtype {manifest['dtype']!r}") from e
+    shards = {}
+    for s, entry in manifest["sources"].items():
+      missing = [k for k in ("dtype", "tokenizer", "tokens", "shards") if k not in entry]
+      if missing:
+        raise DataError(f"{where}: the entry of source {s!r} lacks {missing}")
+      if entry.get("dtype") != manifest["dtype"]:
+        raise DataError(f"{where}: source {s!r} has dtype {entry.get('dtype')!r}, the manifest "
+                        f"{manifest['dtype']!r}")
+      if entry.get("tokenizer", {}).get("fingerprint") != tok_info["fingerprint"]:
+        raise DataError(f"{where}: source {s!r} was prepared with another tokenizer than the "
+                        "manifest's")
+      for split in mf.SPLITS:
+        maps = []
+        for shard in entry["shards"][split]:
+          file = os.path.join(path, shard["file"])
+          if not os.path.isfile(file):
+            raise DataError(f"shard {file} of source {s!r} is missing")
+          expected = shard["tokens"] * dtype.itemsize
+          size = os.path.getsize(file)
+          if size != expected:
+            raise DataError(f"shard {file} of source {s!r} is truncated or padded: {size} bytes, "
+                            f"expected {expected} ({shard['tokens']} tokens of {dtype.itemsize} "
+                            "bytes)")
+          if shard["tokens"] == 0:  # mmap refuses empty files
+            maps.append(np.zeros(0, dtype))
+            continue
+          tokens_N = np.memmap(file, dtype=dtype, mode="r", shape=(shard["tokens"],))
+          if verify:
+            _check_shard(file, s, tokens_N, shard["sha256"], vocab_size)
+          maps.append(tokens_N)
+        shards[(s, split)] = tuple(maps)
+    return cls(path, manifest, sources, tuple(required), vocab_size, shards)
+
+  def has(self, source: str) -> bool:
+    """Whether ``source`` is present with training tokens."""
+    return bool(self._shards.get((source, "train")))
+
+  def shards(self, source: str, split: str = "train") -> tuple[np.ndarray, ...]:
+    """The read-only ``[n_k]`` token memmaps of a source's split (empty tuple when absent)."""
+    if split not in mf.SPLITS:
+      raise ValueError(f"split must be one of {mf.SPLITS}, got {split!r}")
+    return self._shards.get((source, split), ())
+
+  def num_tokens(self, source: str, split: str = "train") -> int:
+    """Tokens in a source's split (0 when absent)."""
+    return int(sum(m.size for m in self.shards(source, split)))
+
+  def __repr__(self) -> str:
+    present = [s for s in self.sources if self.has(s)]
+    return (f"PreparedData({self.path!r}, tokenizer={self.tokenizer_name!r}, "
+            f"{len(present)}/{len(self.sources)} sources, "
+            f"{sum(self.num_tokens(s) for s in present)} train tokens)")
