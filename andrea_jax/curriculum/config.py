@@ -1,0 +1,342 @@
+"""The ``curriculum`` config section, its geometry builders, and its validation into a static spec.
+
+A *geometry* is a region of the mixture simplex in force from a start step on: floors, ceilings and
+excluded sources (SPEC §3-5). The section holds them as a ConfigDict keyed by geometry name, so that
+every field can be overridden on the command line. Per-source floors and ceilings are ConfigDicts
+listing **all** sources under their *keys*, the source name with ``-`` replaced by ``_`` (a locked
+config accepts overrides of existing fields only, and ``-`` does not survive flag parsing)::
+
+  --config.curriculum.geometries.v3_polish.floors.hermes3_general=0.6
+  --config.curriculum.geometries.v3_polish.ceilings.dictionary=0.2
+  --config.curriculum.geometries.v3_polish.exclude=repo-docs,repo-docstrings,extra-01
+  --config.curriculum.geometries.v2_firehose.start_step=30000
+
+``only`` and ``exclude`` are comma-separated source names ("" = none): ``only`` pins every other
+source at 0 (v2's curriculum warmup sources), ``exclude`` sets ceilings to 0.
+
+:func:`spec_from_config` validates the section and turns it into a frozen :class:`CurriculumSpec` with
+numpy tables (``[G, S]`` floors and ceilings, ``[G]`` start steps) for the jitted engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+
+import ml_collections
+import numpy as np
+
+from andrea_jax.bandit import BanditParams
+from andrea_jax.simplex import Region
+from andrea_jax.sources import POLISH_EXCLUDED, SOURCES, WARMUP_SOURCES, check_sources
+
+STRATEGIES = ("andrea", "bandit_only", "random_only", "static")
+
+# The source document's three regimes (SPEC §5): start steps of the full 200K-step run.
+FIREHOSE_START = 20_000
+POLISH_START = 112_619
+
+
+def source_key(name: str) -> str:
+  """The config key of a source: ``"hermes3-general" -> "hermes3_general"``."""
+  return name.replace("-", "_")
+
+
+def _keys(sources: Sequence[str]) -> dict[str, str]:
+  keys = {source_key(s): s for s in sources}
+  if len(keys) != len(sources):
+    raise ValueError(f"source names {list(sources)} collide once '-' is replaced by '_'")
+  return keys
+
+
+def _names(value: str | Sequence[str]) -> str:
+  return value if isinstance(value, str) else ",".join(value)
+
+
+def geometry(name: str, start_step: int, *, floors: Mapping[str, float] | None = None,
+             ceilings: Mapping[str, float] | None = None, only: Sequence[str] | None = None,
+             exclude: Sequence[str] = (), sources: Sequence[str] = SOURCES
+             ) -> ml_collections.ConfigDict:
+  """One geometry entry (to store under ``geometries.<name>``), validated now.
+
+  Args:
+    name: the geometry's name, used in error messages (the entry is stored under this key).
+    start_step: first training step of the geometry.
+    floors, ceilings: ``{source name: weight}``; the others get floor 0 and ceiling 1.
+    only: if given, the only sources that may have weight; exclude: sources pinned at 0.
+    sources: the source order.
+
+  Example:
+    >>> g = geometry("v3_polish", 112_619, floors={"hermes3-general": 0.7},
+    ...              ceilings={"dictionary": 0.25}, exclude=("repo-docs", "repo-docstrings"))
+    >>> g.floors.hermes3_general, g.exclude
+    (0.7, 'repo-docs,repo-docstrings')
+  """
+  keys = _keys(sources)
+  g = ml_collections.ConfigDict()
+  g.start_step = start_step  # first step (optimizer steps) at which this region is in force
+  # minimum weight of each source, a fraction of the batch's tokens in [0, 1]
+  g.floors = ml_collections.ConfigDict({k: 0.0 for k in keys})
+  # maximum weight of each source in [0, 1]; 0 excludes it
+  g.ceilings = ml_collections.ConfigDict({k: 1.0 for k in keys})
+  for field, given in (("floors", floors or {}), ("ceilings", ceilings or {})):
+    for n, v in given.items():
+      if source_key(n) not in keys:
+        raise ValueError(f"unknown source {n!r} in {field} of geometry {name!r}; known sources "
+                         f"are: {', '.join(sources)}")
+      g[field][source_key(n)] = float(v)
+  g.only = _names(only) if only is not None else ""  # comma-separated: the only sources allowed; "" = all
+  g.exclude = _names(exclude)  # comma-separated: sources excluded (ceiling 0); "" = none
+  _region(name, g, sources)
+  return g
+
+
+def andrea_geometries(total_steps: int = 200_000, scale: float = 1.0) -> ml_collections.ConfigDict:
+  """The three regimes of ANDREA's run (SPEC §5), keyed ``v2_warmup``, ``v2_firehose``, ``v3_polish``.
+
+  * ``v2_warmup`` from step 0: only the seven curriculum warmup sources;
+  * ``v2_firehose`` from ``20_000 * scale``: the full simplex;
+  * ``v3_polish`` from ``112_619 * scale``: ``repo-docs`` and ``repo-docstrings`` excluded,
+    ``hermes3-general >= 0.7``, ``dictionary <= 0.25``, and no warmup restriction
+    (``curriculum_warmup_steps = 0``: ``only`` is empty).
+
+  ``scale`` shrinks the boundaries for a shorter run (rounded to whole steps); both must fall
+  before ``total_steps``.
+
+  Example: ``andrea_geometries(2000, 0.01)`` starts the three regimes at steps 0, 200 and 1126.
+  """
+  if not scale > 0 or not math.isfinite(scale):
+    raise ValueError(f"scale must be a positive finite number, got {scale!r}")
+  firehose, polish = round(FIREHOSE_START * scale), round(POLISH_START * scale)
+  if not 0 < firehose < polish < total_steps:
+    raise ValueError(f"with scale={scale} the regimes start at 0, {firehose} and {polish}, which "
+                     f"do not fit increasing into total_steps={total_steps}")
+  g = ml_collections.ConfigDict()
+  g.v2_warmup = geometry("v2_warmup", 0, only=WARMUP_SOURCES)
+  g.v2_firehose = geometry("v2_firehose", firehose)
+  g.v3_polish = geometry("v3_polish", polish, floors={"hermes3-general": 0.7},
+                         ceilings={"dictionary": 0.25}, exclude=POLISH_EXCLUDED)
+  return g
+
+
+def single_geometry(geometries: ml_collections.ConfigDict, name: str) -> ml_collections.ConfigDict:
+  """The geometries section reduced to ``name``, in force from step 0 for the whole run."""
+  if name not in geometries:
+    raise ValueError(f"no geometry {name!r}; have {sorted(geometries.keys())}")
+  g = ml_collections.ConfigDict()
+  g[name] = ml_collections.ConfigDict(geometries[name].to_dict())
+  g[name].start_step = 0
+  return g
+
+
+def bandit_section(params: BanditParams = BanditParams()) -> ml_collections.ConfigDict:
+  """The bandit's knobs (see :class:`andrea_jax.bandit.BanditParams` for the formulas)."""
+  b = ml_collections.ConfigDict()
+  b.discount = params.discount  # gamma per training step; statistics' horizon 1/(1-gamma) steps
+  b.exploration = params.exploration  # c, weight of the UCB bonus (rewards are in [0, 1])
+  b.min_count = params.min_count  # n_min, steps added to each count in the bonus
+  b.prior_count = params.prior_count  # n_0, pseudo-steps of the optimistic prior mean 1
+  b.scale_decay = params.scale_decay  # rho per phase, running scale of the learning progress
+  b.reward_knee = params.reward_knee  # kappa: learning progress (in running scales) rewarded 3/4
+  b.pivot_discount = params.pivot_discount  # factor on the statistics at a change of region; 0 = reset
+  return b
+
+
+def curriculum_config(geometries: ml_collections.ConfigDict | None = None
+                      ) -> ml_collections.ConfigDict:
+  """The ``curriculum`` section; by default the three regimes scaled to the 2000-step tiny run."""
+  c = ml_collections.ConfigDict()
+  c.strategy = "andrea"  # "andrea" (random + bandit phases), "bandit_only", "random_only", "static"
+  c.phase_min_steps = 7  # shortest phase, steps (> decision_lag + 1)
+  c.phase_max_steps = 42  # longest phase, steps; lengths are uniform in [min, max]
+  c.random_share = 0.25  # probability that a phase is random ("andrea" only; 0/1 for the others)
+  c.eta = 0.3  # bandit phase: w <- (1 - eta) w + eta v, v the UCB-optimal vertex; in (0, 1]
+  c.decision_lag = 2  # steps between a phase's decision and its start (host-side batch prefetch)
+  c.bandit = bandit_section()
+  # regions of the simplex keyed by name, each in force from its start_step (steps) on
+  c.geometries = geometries if geometries is not None else andrea_geometries(2000, 0.01)
+  return c
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CurriculumSpec:
+  """The validated, static description of a curriculum (hashable by content; jit-static).
+
+  Attributes:
+    sources: source names, the order of every weight vector (``S`` of them).
+    geometry_names: ``G`` names, by increasing start step.
+    starts: ``[G]`` int64 start step of each geometry (``starts[0] == 0``).
+    lowers, uppers: ``[G, S]`` float64 floors and ceilings.
+    strategy: one of :data:`STRATEGIES`.
+    phase_min_steps, phase_max_steps: phase lengths are uniform in this range (cut at geometry
+      boundaries, never below ``phase_min_steps``).
+    random_share: probability of a random phase (already set by the strategy).
+    eta: bandit step size toward the UCB vertex.
+    decision_lag: steps between a phase's decision and its start.
+    bandit: the bandit's parameters.
+  """
+  sources: tuple[str, ...]
+  geometry_names: tuple[str, ...]
+  starts: np.ndarray
+  lowers: np.ndarray
+  uppers: np.ndarray
+  strategy: str
+  phase_min_steps: int
+  phase_max_steps: int
+  random_share: float
+  eta: float
+  decision_lag: int
+  bandit: BanditParams
+
+  def _key(self):
+    return (self.sources, self.geometry_names, self.starts.tobytes(), self.lowers.tobytes(),
+            self.uppers.tobytes(), self.strategy, self.phase_min_steps, self.phase_max_steps,
+            self.random_share, self.eta, self.decision_lag, self.bandit)
+
+  def __eq__(self, other):
+    return isinstance(other, CurriculumSpec) and self._key() == other._key()
+
+  def __hash__(self):
+    return hash(self._key())
+
+  @property
+  def num_sources(self) -> int:
+    return len(self.sources)
+
+  def region(self, g: int) -> Region:
+    """Geometry ``g`` as a :class:`~andrea_jax.simplex.Region` (host-side: plots, tests)."""
+    return Region(self.lowers[g], self.uppers[g], names=self.sources, label=self.geometry_names[g])
+
+
+def used_sources(spec: CurriculumSpec) -> tuple[str, ...]:
+  """Sources that some geometry lets have weight (ceiling > 0): the data the run needs."""
+  return tuple(s for s, used in zip(spec.sources, np.any(spec.uppers > 0, axis=0)) if used)
+
+
+def _number(field: str, value, *, integer: bool = False):
+  ok = (int,) if integer else (int, float)
+  if isinstance(value, bool) or not isinstance(value, ok):
+    kind = "an int" if integer else "a number"
+    raise TypeError(f"{field} must be {kind}, got {value!r} ({type(value).__name__})")
+  if not integer and not math.isfinite(value):
+    raise ValueError(f"{field} must be finite, got {value}")
+  return value
+
+
+def _split_names(field: str, value, sources: Sequence[str]) -> list[str]:
+  if not isinstance(value, str):
+    raise TypeError(f"{field} must be a comma-separated string of source names, got {value!r}")
+  names = [n.strip() for n in value.split(",") if n.strip()]
+  for n in names:
+    if n not in sources:
+      raise ValueError(f"unknown source {n!r} in {field}; known sources are: {', '.join(sources)}")
+  return names
+
+
+def _region(name: str, g, sources: Sequence[str]) -> tuple[int, Region]:
+  """Validates one geometry entry; returns (start step, region)."""
+  where = f"curriculum.geometries.{name}"
+  if not isinstance(g, (ml_collections.ConfigDict, Mapping)):
+    raise TypeError(f"{where} must be a ConfigDict, got {g!r}")
+  unknown_fields = set(g.keys()) - {"start_step", "floors", "ceilings", "only", "exclude"}
+  if unknown_fields:
+    raise ValueError(f"{where} has unknown fields {sorted(unknown_fields)}")
+  if "start_step" not in g or g["start_step"] is None:
+    raise ValueError(f"{where}.start_step is missing: every geometry needs a start step")
+  start = _number(f"{where}.start_step", g["start_step"], integer=True)
+  if start < 0:
+    raise ValueError(f"{where}.start_step must be >= 0, got {start}")
+  keys = _keys(sources)
+  bounds = {}
+  for field, default in (("floors", 0.0), ("ceilings", 1.0)):
+    given = g.get(field) or {}
+    bounds[field] = {}
+    for k, v in dict(given).items():
+      if k not in keys and k not in sources:
+        raise ValueError(f"unknown source {k!r} in {where}.{field}; known sources are: "
+                         f"{', '.join(sources)}")
+      v = _number(f"{where}.{field}.{k}", v)
+      if not 0 <= v <= 1:
+        raise ValueError(f"{where}.{field}.{k} = {v} is outside [0, 1]")
+      if v != default:
+        bounds[field][keys.get(k, k)] = float(v)
+  for s, lo in bounds["floors"].items():
+    hi = bounds["ceilings"].get(s, 1.0)
+    if hi < lo:
+      raise ValueError(f"{where}: ceiling {hi} of {s!r} is under its floor {lo}")
+  only = g.get("only", "")
+  only = _split_names(f"{where}.only", only, sources) if only else None
+  exclude = _split_names(f"{where}.exclude", g.get("exclude", ""), sources)
+  try:
+    region = Region.from_bounds(bounds["floors"], bounds["ceilings"], sources=sources,
+                                exclude=exclude, only=only, label=name)
+  except ValueError as e:
+    raise ValueError(f"{where}: {e}") from None
+  return start, region
+
+
+def validate(config: ml_collections.ConfigDict, sources: Sequence[str] = SOURCES) -> None:
+  """Raises ``ValueError``/``TypeError`` naming the field and value of the first problem found."""
+  spec_from_config(config, sources=sources)
+
+
+def spec_from_config(config: ml_collections.ConfigDict, sources: Sequence[str] = SOURCES
+                     ) -> CurriculumSpec:
+  """Validates the ``curriculum`` section and builds the static :class:`CurriculumSpec`.
+
+  Example:
+    >>> spec = spec_from_config(curriculum_config())
+    >>> spec.geometry_names, spec.starts.tolist(), spec.lowers.shape
+    (('v2_warmup', 'v2_firehose', 'v3_polish'), [0, 200, 1126], (3, 16))
+  """
+  sources = check_sources(sources)
+  c = config
+  strategy = c.get("strategy", "andrea")
+  if strategy not in STRATEGIES:
+    raise ValueError(f"curriculum.strategy must be one of {STRATEGIES}, got {strategy!r}")
+  lo = _number("curriculum.phase_min_steps", c.phase_min_steps, integer=True)
+  hi = _number("curriculum.phase_max_steps", c.phase_max_steps, integer=True)
+  lag = _number("curriculum.decision_lag", c.decision_lag, integer=True)
+  if lag < 0:
+    raise ValueError(f"curriculum.decision_lag must be >= 0, got {lag}")
+  if lo <= lag + 1:
+    raise ValueError(f"curriculum.phase_min_steps = {lo} must exceed decision_lag + 1 = {lag + 1} "
+                     "(a phase is decided decision_lag steps before it starts)")
+  if hi < 2 * lo - 1:
+    raise ValueError(f"curriculum.phase_max_steps = {hi} must be >= 2 * phase_min_steps - 1 = "
+                     f"{2 * lo - 1}, so that phases can be cut at a geometry boundary")
+  share = _number("curriculum.random_share", c.random_share)
+  if not 0 <= share <= 1:
+    raise ValueError(f"curriculum.random_share must be in [0, 1], got {share}")
+  eta = _number("curriculum.eta", c.eta)
+  if not 0 < eta <= 1:
+    raise ValueError(f"curriculum.eta must be in (0, 1], got {eta}")
+  b = dict(c.bandit) if "bandit" in c else {}
+  fields = {f.name for f in dataclasses.fields(BanditParams)}
+  if set(b) - fields:
+    raise ValueError(f"curriculum.bandit has unknown fields {sorted(set(b) - fields)}")
+  bandit = BanditParams(**b)
+
+  geometries = c.geometries
+  if not geometries or not len(geometries.keys()):
+    raise ValueError("curriculum.geometries is empty: at least one geometry (starting at 0) is needed")
+  entries = sorted(((_region(name, geometries[name], sources) + (name,))
+                    for name in geometries.keys()), key=lambda e: (e[0], e[2]))
+  starts = [s for s, _, _ in entries]
+  names = [n for _, _, n in entries]
+  if starts[0] != 0:
+    raise ValueError(f"no geometry starts at step 0 (the first, {names[0]!r}, starts at {starts[0]})")
+  for (s0, _, n0), (s1, _, n1) in zip(entries, entries[1:]):
+    if s0 == s1:
+      raise ValueError(f"geometries {n0!r} and {n1!r} both start at step {s0}")
+    if s1 - s0 < lo:
+      raise ValueError(f"geometry {n0!r} lasts {s1 - s0} steps (from {s0} to {n1!r} at {s1}), "
+                       f"shorter than phase_min_steps = {lo}")
+  share = {"andrea": share, "bandit_only": 0.0, "random_only": 1.0, "static": 0.0}[strategy]
+  return CurriculumSpec(
+      sources=sources, geometry_names=tuple(names), starts=np.array(starts, np.int64),
+      lowers=np.stack([r.lower for _, r, _ in entries]),
+      uppers=np.stack([r.upper for _, r, _ in entries]),
+      strategy=strategy, phase_min_steps=lo, phase_max_steps=hi, random_share=float(share),
+      eta=float(eta), decision_lag=lag, bandit=bandit)

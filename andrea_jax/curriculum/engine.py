@@ -1,0 +1,310 @@
+r"""The curriculum engine: phases of a walk on the mixture simplex, as pure functions over a pytree.
+
+**Phases.** The run is cut into phases of a random length, uniform in
+``[phase_min_steps, phase_max_steps]`` (7 to 42 steps), drawn from the run's key. Each phase has one
+weight vector ``w`` (a point of the region in force when it starts):
+
+* a *random* phase (probability ``random_share``) jumps to a point drawn uniformly in the region
+  (:func:`andrea_jax.simplex.sample_uniform`);
+* a *bandit* phase moves toward the UCB-optimal vertex ``v`` of the region
+  (:func:`andrea_jax.simplex.greedy_vertex` of the bandit's indices, ties broken at random):
+  ``w <- (1 - eta) w + eta v``;
+* strategy ``"static"``: the projection of the uniform mixture onto the region, every phase.
+
+The first phase (step 0) is the projection of the uniform mixture onto the first region.
+
+**Geometries.** ``spec`` holds a schedule of regions by start step (v2 warmup, firehose, v3 polish).
+A phase never straddles a region boundary: a phase length that would cross the next boundary, or
+leave less than ``phase_min_steps`` before it, is cut so that a phase ends exactly there. Each new
+phase first projects the current point onto its region (:func:`andrea_jax.simplex.project`; a no-op
+inside it), so at a pivot the walk continues from the closest point of the new region, and the new
+floors and ceilings hold from the pivot's first step on. At a pivot the bandit's statistics are
+*discounted* by ``bandit.pivot_discount`` (default 0.25), not reset: the model is not reset at a pivot,
+so what the bandit knows of each source's learning progress is still informative and its means are
+kept, but the rewards change with the new mixture, so the confidence bonuses are inflated (by
+``1/sqrt(0.25) = 2``) and the bandit re-explores the new region within a few phases.
+
+**Decision lag.** The weights of a phase are decided ``decision_lag`` steps before it starts, in the
+call ``update(step = start - decision_lag - 1)``, so that after ``update(..., step=t)`` the
+:class:`Schedule` (the current and the next phase) determines the weights of every step
+``<= t + 1 + decision_lag``, and the host can build batches ahead without waiting for the device.
+``update`` does O(S) work per step; the decision (bandit window, UCB, vertex or uniform sample,
+projection) runs under ``jax.lax.cond`` only at decision steps.
+
+**Exclusions.** :func:`exclude` adds sources with ceiling 0 from the next undecided phase on (the
+zombie-cliff detector's remedy), unless the region would become empty; a refused request is
+recorded in ``state.rejected``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from andrea_jax import bandit as bandit_lib
+from andrea_jax import simplex
+from andrea_jax.curriculum.config import CurriculumSpec
+
+KIND_RANDOM, KIND_BANDIT, KIND_FIXED = 0, 1, 2
+"""Phase kinds: a uniform jump, a step toward the UCB vertex, a fixed point (first phase, static)."""
+
+KIND_NAMES = ("random", "bandit", "fixed")
+
+# Random tie-breaking between equal UCB indices (e.g. before any observation): far below any real gap.
+_TIE_NOISE = 1e-6
+
+
+@flax.struct.dataclass
+class Schedule:
+  """What the host needs to build batches: two phases' weights and start steps.
+
+  Attributes:
+    weights: ``[2, S]`` float32, the current phase and the next one.
+    starts: ``[2]`` int32, their first steps (equal while the next phase is still undecided).
+  """
+  weights: jax.Array
+  starts: jax.Array
+
+
+@flax.struct.dataclass
+class CurriculumState:
+  """The whole curriculum state (checkpointed; a resumed run continues bit for bit).
+
+  Slots ``[0]`` and ``[1]`` of the ``[2, ...]`` fields are the current and the next decided phase.
+
+  Attributes:
+    step: int32, last step given to :func:`update` (-1 after :func:`init`).
+    weights: ``[2, S]`` float32 phase weights.
+    starts, kinds, geometries, phase_ids: ``[2]`` int32: first step, kind (``KIND_*``), geometry
+      index and number of each phase.
+    next_start: int32, first step of the phase after slot 1 (not decided yet).
+    key: ``[2]`` uint32, raw key data of the curriculum's random stream.
+    excluded: ``[S]`` bool, extra exclusions in force (:func:`exclude`).
+    rejected: ``[S]`` bool, exclusions refused because the region would have become empty.
+    bandit: the bandit's statistics.
+  """
+  step: jax.Array
+  weights: jax.Array
+  starts: jax.Array
+  kinds: jax.Array
+  geometries: jax.Array
+  phase_ids: jax.Array
+  next_start: jax.Array
+  key: jax.Array
+  excluded: jax.Array
+  rejected: jax.Array
+  bandit: bandit_lib.BanditState
+
+
+def _tables(spec: CurriculumSpec):
+  return (jnp.asarray(spec.lowers, jnp.float32), jnp.asarray(spec.uppers, jnp.float32),
+          jnp.asarray(spec.starts, jnp.int32))
+
+
+def _geometry_at(spec: CurriculumSpec, step: jax.Array) -> jax.Array:
+  """Index of the geometry in force at ``step`` (int32)."""
+  _, _, starts_G = _tables(spec)
+  return (jnp.sum(starts_G <= step) - 1).astype(jnp.int32)
+
+
+def _bounds(spec: CurriculumSpec, g: jax.Array, excluded: jax.Array):
+  """Floors, ceilings (with the extra exclusions when feasible) and whether they were applied."""
+  lowers_GxS, uppers_GxS, _ = _tables(spec)
+  lower, upper = lowers_GxS[g], uppers_GxS[g]
+  upper_ex = jnp.where(excluded, 0.0, upper)
+  ok = simplex.is_feasible(lower, upper_ex)
+  return lower, jnp.where(ok, upper_ex, upper), ok
+
+
+def _phase_length(spec: CurriculumSpec, key: jax.Array, start: jax.Array) -> jax.Array:
+  """Uniform in [min, max], cut so that the phase never crosses nor stops just short of a boundary.
+
+  With ``gap`` the steps from ``start`` to the next boundary: if ``gap - L < min`` the phase ends at
+  the boundary (``L = gap``) when ``gap <= max``, else at ``gap - min`` (the next phase then fills the
+  last ``min`` steps). Every phase stays in [min, max] (``max >= 2 min - 1`` is validated).
+  """
+  lo, hi = spec.phase_min_steps, spec.phase_max_steps
+  length = jax.random.randint(key, (), lo, hi + 1, dtype=jnp.int32)
+  _, _, starts_G = _tables(spec)
+  big = jnp.iinfo(jnp.int32).max
+  gap = jnp.min(jnp.where(starts_G > start, starts_G, big)) - start
+  cut = jnp.where(gap <= hi, gap, gap - lo)
+  return jnp.where(gap - length < lo, cut, length).astype(jnp.int32)
+
+
+def _key_data(key: jax.Array) -> jax.Array:
+  if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+    return jax.random.key_data(key)
+  return jnp.asarray(key, jnp.uint32)
+
+
+def init(spec: CurriculumSpec, key: jax.Array) -> CurriculumState:
+  """The state before step 0: phase 0 decided, its weights covering steps ``0..decision_lag``+.
+
+  Args:
+    spec: the static curriculum (:func:`spec_from_config`).
+    key: a PRNG key (typed or raw ``uint32[2]``); the curriculum's only source of randomness.
+
+  Example:
+    >>> spec = spec_from_config(curriculum_config())
+    >>> state = init(spec, jax.random.key(0))
+    >>> weights_at(schedule(state), 0)[7:].max()   # v2 warmup: only the first seven sources
+    0.0
+  """
+  key = _key_data(key)
+  num = spec.num_sources
+  lower, upper, _ = _bounds(spec, jnp.int32(0), jnp.zeros((num,), bool))
+  w_S = simplex.project(jnp.full((num,), 1.0 / num, jnp.float32), lower, upper)
+  length = _phase_length(spec, jax.random.fold_in(jax.random.wrap_key_data(key), 0), jnp.int32(0))
+  two = lambda x: jnp.stack([x, x])
+  return CurriculumState(
+      step=jnp.int32(-1), weights=two(w_S), starts=jnp.zeros((2,), jnp.int32),
+      kinds=jnp.full((2,), KIND_FIXED, jnp.int32), geometries=jnp.zeros((2,), jnp.int32),
+      phase_ids=jnp.zeros((2,), jnp.int32), next_start=length, key=key,
+      excluded=jnp.zeros((num,), bool), rejected=jnp.zeros((num,), bool),
+      bandit=bandit_lib.init(num))
+
+
+def _decide(spec: CurriculumSpec, state: CurriculumState) -> CurriculumState:
+  """Decides the phase starting at ``state.next_start``: its kind, weights and length."""
+  phase = state.phase_ids[1] + 1
+  start = state.next_start
+  g = _geometry_at(spec, start)
+  lower, upper, ok = _bounds(spec, g, state.excluded)
+  rejected = jnp.where(ok, state.rejected, state.rejected | state.excluded)
+
+  pivot = g != state.geometries[1]
+  bandit = bandit_lib.close_window(spec.bandit, state.bandit)
+  bandit = bandit_lib.discount(bandit, jnp.where(pivot, spec.bandit.pivot_discount, 1.0))
+
+  k_len, k_kind, k_sample, k_tie = jax.random.split(
+      jax.random.fold_in(jax.random.wrap_key_data(state.key), phase), 4)
+  here_S = simplex.project(state.weights[1], lower, upper)
+
+  def random_phase():
+    samples, _ = simplex.sample_uniform(k_sample, lower, upper, 1)
+    return samples[0].astype(jnp.float32)
+
+  def bandit_phase():
+    index_S = bandit_lib.ucb_index(spec.bandit, bandit)
+    scores_S = index_S + _TIE_NOISE * jax.random.uniform(k_tie, index_S.shape)
+    vertex_S = simplex.greedy_vertex(scores_S, lower, upper)
+    return (1 - spec.eta) * here_S + spec.eta * vertex_S
+
+  if spec.strategy == "static":
+    kind = jnp.int32(KIND_FIXED)
+    w_S = jnp.full_like(here_S, 1.0 / spec.num_sources)
+  else:
+    is_random = jax.random.uniform(k_kind) < spec.random_share
+    kind = jnp.where(is_random, KIND_RANDOM, KIND_BANDIT).astype(jnp.int32)
+    w_S = jax.lax.cond(is_random, random_phase, bandit_phase)
+  # One last exact projection: the floors and zeros hold exactly after float32 rounding.
+  w_S = simplex.project(w_S, lower, upper)
+
+  shift = lambda pair, new: jnp.stack([pair[1], jnp.asarray(new, pair.dtype)])
+  return state.replace(
+      weights=shift(state.weights, w_S), starts=shift(state.starts, start),
+      kinds=shift(state.kinds, kind), geometries=shift(state.geometries, g),
+      phase_ids=shift(state.phase_ids, phase),
+      next_start=start + _phase_length(spec, k_len, start),
+      rejected=rejected, bandit=bandit)
+
+
+def update(spec: CurriculumSpec, state: CurriculumState, step: jax.Array, losses: jax.Array,
+           tokens: jax.Array) -> CurriculumState:
+  """Records the batch of ``step`` and, at a decision step, decides the next phase. Jittable.
+
+  Call once per step, in order, after the batch of ``step`` (inside the jitted train step).
+
+  Args:
+    spec: the static curriculum.
+    state: the state after ``update(step - 1)`` (or :func:`init` for step 0).
+    step: int32 scalar, the step whose batch was just used.
+    losses: ``[S]`` mean loss per source on that batch (ignored where ``tokens == 0``).
+    tokens: ``[S]`` tokens per source in the batch.
+
+  Returns:
+    The new state; ``schedule(state)`` then covers every step ``<= step + 1 + decision_lag``.
+  """
+  step = jnp.asarray(step, jnp.int32)
+  state = state.replace(step=step, bandit=bandit_lib.observe(state.bandit, losses, tokens))
+  due = step >= state.next_start - spec.decision_lag - 1
+  return jax.lax.cond(due, functools.partial(_decide, spec), lambda s: s, state)
+
+
+def schedule(state: CurriculumState) -> Schedule:
+  """The weights the host needs: ``Schedule(weights [2, S], starts [2])``. Pass to :func:`weights_at`."""
+  return Schedule(weights=state.weights, starts=state.starts)
+
+
+def weights_at(sched: Schedule, step) -> np.ndarray:
+  """Host-side: the weights of ``step`` (int, or an int array ``[...]`` -> ``[..., S]``) as numpy.
+
+  ``weights[1]`` from ``starts[1]`` on, else ``weights[0]``. Valid for steps from ``starts[0]`` up to
+  ``t + 1 + decision_lag`` when ``sched`` was read after ``update(step=t)``; every valid snapshot gives
+  the same weights for a step. ``ValueError`` for a step before ``starts[0]`` (an outdated lookup).
+
+  Example:
+    >>> sched = Schedule(np.array([[1., 0.], [0.5, 0.5]]), np.array([10, 30]))
+    >>> weights_at(sched, 29), weights_at(sched, 30)
+    (array([1., 0.]), array([0.5, 0.5]))
+  """
+  weights = np.asarray(sched.weights)
+  starts = np.asarray(sched.starts)
+  step = np.asarray(step)
+  if np.any(step < starts[0]):
+    raise ValueError(f"step {step.min()} is before the schedule's first phase (start {starts[0]}): "
+                     "this schedule was read too late for that step")
+  return weights[(step >= starts[1]).astype(np.int64)]
+
+
+def lookup(sched: Schedule, step: jax.Array) -> jax.Array:
+  """Device-side :func:`weights_at` for one step (jittable, no check): ``[S]``."""
+  return jnp.where(step >= sched.starts[1], sched.weights[1], sched.weights[0])
+
+
+def exclude(spec: CurriculumSpec, state: CurriculumState, mask: jax.Array) -> CurriculumState:
+  """Excludes the sources of ``mask`` (``[S]`` bool) from the next undecided phase on. Jittable.
+
+  The request is applied as a whole if the region of that phase stays non-empty with all extra
+  exclusions so far; otherwise it is ignored and its sources are added to ``state.rejected``.
+  Phases already decided (the schedule's two) keep their weights.
+  """
+  mask = jnp.asarray(mask, bool)
+  candidate = state.excluded | mask
+  _, _, ok = _bounds(spec, _geometry_at(spec, state.next_start), candidate)
+  return state.replace(excluded=jnp.where(ok, candidate, state.excluded),
+                       rejected=jnp.where(ok, state.rejected, state.rejected | (mask & ~state.excluded)))
+
+
+def metrics(spec: CurriculumSpec, state: CurriculumState) -> dict[str, jax.Array]:
+  """Small arrays for logging, about the phase of ``state.step``. Jittable.
+
+  Keys: ``phase`` (number), ``phase_kind`` (0 random, 1 bandit, 2 fixed), ``geometry`` (index into
+  ``spec.geometry_names``), ``phase_start``, ``next_decision`` (step of the next decision),
+  ``weights`` ``[S]``, ``ucb`` ``[S]`` (bandit indices), ``bandit_mean`` ``[S]``, ``bandit_count``
+  ``[S]``, ``reward`` ``[S]`` (last rewards, 0.5 = none), ``progress`` ``[S]`` (last learning progress,
+  nats per token, 0 where none), ``reward_scale``, ``excluded`` ``[S]``, ``rejected`` ``[S]`` (int32).
+  """
+  slot = (state.step >= state.starts[1]).astype(jnp.int32)
+  b = state.bandit
+  return {
+      "phase": state.phase_ids[slot],
+      "phase_kind": state.kinds[slot],
+      "geometry": state.geometries[slot],
+      "phase_start": state.starts[slot],
+      "next_decision": state.next_start - spec.decision_lag - 1,
+      "weights": state.weights[slot],
+      "ucb": bandit_lib.ucb_index(spec.bandit, b),
+      "bandit_mean": bandit_lib.means(spec.bandit, b),
+      "bandit_count": b.counts,
+      "reward": b.last_reward,
+      "progress": jnp.nan_to_num(b.last_progress, nan=0.0),
+      "reward_scale": b.scale,
+      "excluded": state.excluded.astype(jnp.int32),
+      "rejected": state.rejected.astype(jnp.int32),
+  }
