@@ -73,22 +73,14 @@ def main() -> None:
       rows.append((f"prepare, {name}, {workers} worker(s)", f"{mb / sec:8.1f}", "MB/s",
                    f"{sec:.2f} s incl. hashing and writing"))
 
-    note = _pin_one_core()
     data = PreparedData.open(os.path.join(tmp, f"prepared-{byte_tok.fingerprint[:8]}-1"),
                              tokenizer=byte_tok)
     sampler = MixtureSampler(data, seq_len=1024, global_batch_size=64, seed=0)
     uniform = np.full(len(SOURCES), 1 / len(SOURCES))
     mixtures = np.random.default_rng(0).dirichlet(np.full(len(SOURCES), 0.5), size=batches)
     tokens = 64 * 1024
-    for label, fn in (
-        ("sampler B=64 T=1024, uniform mixture", lambda i: sampler.batch(i, uniform)),
-        ("sampler B=64 T=1024, new mixture each step", lambda i: sampler.batch(i, mixtures[i])),
-    ):
-      rate = tokens / _time(fn, batches)
-      verdict = "meets" if rate >= TARGET_TOKENS_PER_S else "MISSES"
-      rows.append((label, f"{rate / 1e6:8.1f}", "M tok/s",
-                   f"{verdict} the 5 M tok/s target; 1 core, {note}"))
 
+    # Before pinning: the producer thread and the consumer may use two cores, as in training.
     start = time.perf_counter()
     with Prefetcher(lambda i: sampler.batch(i, mixtures[i % batches]), 0, depth=2,
                     end_step=batches) as it:
@@ -96,7 +88,17 @@ def main() -> None:
         pass
     rate = tokens * batches / (time.perf_counter() - start)
     rows.append(("sampler through Prefetcher (depth 2)", f"{rate / 1e6:8.1f}", "M tok/s",
-                 "consumer does nothing"))
+                 "producer thread, consumer does nothing; not pinned"))
+
+    note = _pin_one_core()
+    for label, fn in (
+        ("sampler B=64 T=1024, uniform mixture", lambda i: sampler.batch(i, uniform)),
+        ("sampler B=64 T=1024, new mixture each step", lambda i: sampler.batch(i, mixtures[i])),
+    ):
+      rate = tokens / _time(fn, batches)
+      verdict = "meets" if rate >= TARGET_TOKENS_PER_S else "MISSES"
+      rows.append((label, f"{rate / 1e6:8.1f}", "M tok/s",
+                   f"{verdict} the 5 M tok/s target; {note}"))
 
   width = max(len(r[0]) for r in rows)
   print(f"{'measure':<{width}}  {'value':>8}  {'unit':<7}  note")

@@ -186,13 +186,19 @@ def test_text_separator_rules(tmp_path):
       "a whole file\nis one document\n"]
 
 
-def test_jsonl_chunks_end_on_line_breaks(tmp_path):
-  docs = _documents(200, 4)
-  f = tmp_path / "big.jsonl"
-  _write_jsonl(f, docs)
-  units = readers.work_units(str(f), SourceSpec((str(f),)), chunk_bytes=1000)
-  assert len(units) > 10
-  assert [d for u in units for d in readers.read_unit(u)] == docs
+@pytest.mark.parametrize("fmt", ["jsonl", "text"])
+def test_chunks_never_cut_a_document(tmp_path, fmt):
+  docs = _documents(40, 4) + ["", "x", f"{SEP}x", "y\n"]
+  f = tmp_path / "big"
+  (_write_jsonl if fmt == "jsonl" else _write_text)(f, docs)
+  spec = SourceSpec((str(f),), fmt)
+  whole = readers.read_unit(readers.work_units(str(f), spec, chunk_bytes=10**9)[0])
+  assert whole == [d for d in docs if d]
+  for chunk in [1, 2, 3, 7, 50, 333, 1000, 4096]:
+    units = readers.work_units(str(f), spec, chunk_bytes=chunk)
+    assert len(units) > (1 if chunk < 1000 else 0)
+    assert [u.start for u in units[1:]] == [u.stop for u in units[:-1]]
+    assert [d for u in units for d in readers.read_unit(u)] == whole, chunk
 
 
 def test_uint32_when_the_vocabulary_needs_it(tmp_path):
@@ -268,3 +274,14 @@ def test_command_line(inputs, tmp_path):
   m = json.loads((out / "manifest.json").read_text())
   assert list(m["sources"]) == ["chat", "oasst"]
   assert "prepared ['chat', 'oasst']" in proc.stdout
+
+
+def test_concurrent_preparations_take_turns(inputs, tmp_path):
+  import concurrent.futures
+  _, _, specs = inputs
+  out = str(tmp_path / "shared")
+  with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    runs = list(pool.map(lambda _: prepare(specs, BYTES, out, progress=False), range(2)))
+  assert sorted(len(r.prepared) for r in runs) == [0, 3]   # the second found everything finished
+  prepare(specs, BYTES, str(tmp_path / "alone"), progress=False)
+  assert _tree(out) == _tree(str(tmp_path / "alone"))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import functools
 import multiprocessing
 import os
@@ -108,9 +109,8 @@ def _unit_weights(units: list[readers.WorkUnit]) -> list[int]:
 
 
 def _input_record(spec: readers.SourceSpec, files: list[str], shard_tokens: int,
-                  pool: concurrent.futures.Executor | None) -> dict[str, Any]:
-  digests = list(pool.map(hashing.sha256_file, files)) if pool else [
-      hashing.sha256_file(f) for f in files]
+                  hasher: concurrent.futures.Executor) -> dict[str, Any]:
+  digests = list(hasher.map(hashing.sha256_file, files))
   return {"format": spec.format, "text_field": spec.text_field,
           "separator": spec.separator if spec.format == "text" else None,
           "eval_fraction": float(spec.eval_fraction), "shard_tokens": int(shard_tokens),
@@ -147,6 +147,23 @@ def _remove_source_files(out_dir: str, source: str) -> None:
       os.remove(os.path.join(out_dir, name))
 
 
+@contextlib.contextmanager
+def _locked(out_dir: str):
+  """Holds an exclusive lock on ``out_dir`` so that processes preparing it at once take turns (the
+  later ones then find the sources finished). POSIX only; elsewhere a no-op."""
+  try:
+    import fcntl
+  except ImportError:
+    yield
+    return
+  with open(os.path.join(out_dir, ".lock"), "a") as f:
+    fcntl.flock(f, fcntl.LOCK_EX)
+    try:
+      yield
+    finally:
+      fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def _worker_init() -> None:
   # Each worker is one of many processes: the tokenizers library must not add a thread per core.
   os.environ["TOKENIZERS_PARALLELISM"] = "false"
@@ -168,21 +185,27 @@ def _results(call, units: list[readers.WorkUnit], pool: concurrent.futures.Execu
     yield result
 
 
-def _prepare_source(source: str, spec: readers.SourceSpec, files: list[str], tok: Tokenizer,
-                    out_dir: str, dtype: np.dtype, shard_tokens: int,
-                    pool: concurrent.futures.Executor | None, workers: int,
-                    progress: bool) -> dict[str, Any]:
-  units = [u for f in files for u in readers.work_units(f, spec)]
-  weights = _unit_weights(units)
-  writers = {s: mf.ShardWriter(out_dir, source, s, dtype, shard_tokens) for s in mf.SPLITS}
+class _Todo(NamedTuple):
+  """A source to tokenize: its spec, input record and work units (in document order)."""
+  name: str
+  spec: readers.SourceSpec
+  inputs: dict[str, Any]
+  units: list[readers.WorkUnit]
+
+
+def _write_source(todo: _Todo, results, tok: Tokenizer, out_dir: str, dtype: np.dtype,
+                  shard_tokens: int, progress: bool) -> dict[str, Any]:
+  """Consumes the tokenized units of one source from ``results`` (in order) into its shards;
+  returns its manifest entry."""
+  writers = {s: mf.ShardWriter(out_dir, todo.name, s, dtype, shard_tokens) for s in mf.SPLITS}
   docs = {s: 0 for s in mf.SPLITS}
-  call = functools.partial(_tokenize_unit, tok if pool is None else (tok.spec, tok.fingerprint),
-                           dtype.str)
+  weights = _unit_weights(todo.units)
   first_doc = 0
-  with tqdm.tqdm(total=sum(weights), unit="B", unit_scale=True, desc=f"prepare {source}",
+  with tqdm.tqdm(total=sum(weights), unit="B", unit_scale=True, desc=f"prepare {todo.name}",
                  disable=not progress, leave=False) as bar:
-    for (tokens_N, lengths_D), weight in zip(_results(call, units, pool, 2 * workers), weights):
-      held_D = eval_mask(source, first_doc, lengths_D.size, spec.eval_fraction)
+    for weight in weights:
+      tokens_N, lengths_D = next(results)
+      held_D = eval_mask(todo.name, first_doc, lengths_D.size, todo.spec.eval_fraction)
       first_doc += lengths_D.size
       held_N = np.repeat(held_D, lengths_D)
       writers["train"].write(tokens_N[~held_N])
@@ -191,11 +214,11 @@ def _prepare_source(source: str, spec: readers.SourceSpec, files: list[str], tok
       docs["train"] += int(lengths_D.size - held_D.sum())
       bar.update(weight)
   shards = {s: writers[s].close() for s in mf.SPLITS}
-  return {"source": source, "dtype": dtype.name,
+  return {"source": todo.name, "dtype": dtype.name,
           "tokenizer": {"name": tok.name, "fingerprint": tok.fingerprint},
           "documents": docs,
           "tokens": {s: sum(x["tokens"] for x in shards[s]) for s in mf.SPLITS},
-          "inputs": None, "shards": shards}
+          "inputs": todo.inputs, "shards": shards}
 
 
 def prepare(sources: Mapping[str, readers.SourceSpec], tokenizer: Tokenizer, out_dir: str, *,
@@ -229,6 +252,14 @@ def prepare(sources: Mapping[str, readers.SourceSpec], tokenizer: Tokenizer, out
     raise ValueError(f"workers must be >= 0, got {workers}")
   workers = int(workers) or (os.cpu_count() or 1)
   os.makedirs(out_dir, exist_ok=True)
+  with _locked(out_dir):
+    return _prepare_locked(sources, order, tokenizer, out_dir, int(shard_tokens), workers,
+                           progress, known_sources)
+
+
+def _prepare_locked(sources: Mapping[str, readers.SourceSpec], order: dict[str, int],
+                    tokenizer: Tokenizer, out_dir: str, shard_tokens: int, workers: int,
+                    progress: bool, known_sources: Sequence[str]) -> PrepareResult:
   dtype = mf.token_dtype(tokenizer.vocab_size)
   header = {"format_version": mf.FORMAT_VERSION,
             "tokenizer": {"name": tokenizer.name, "fingerprint": tokenizer.fingerprint,
@@ -249,32 +280,40 @@ def prepare(sources: Mapping[str, readers.SourceSpec], tokenizer: Tokenizer, out
     ordered = dict(sorted(entries.items(), key=lambda kv: source_index(kv[0], known_sources)))
     mf.write_manifest(out_dir, {**header, "sources": ordered})
 
-  prepared, skipped = [], []
-  pool = None
-  if workers > 1:
-    pool = concurrent.futures.ProcessPoolExecutor(
-        workers, mp_context=multiprocessing.get_context("spawn"),
-        initializer=_worker_init)
-  try:
+  todo: list[_Todo] = []
+  skipped = []
+  # hashlib releases the GIL on large blocks: threads hash the input files in parallel.
+  with concurrent.futures.ThreadPoolExecutor(workers) as hasher:
     for name in sorted(sources, key=order.__getitem__):
       spec = sources[name]
       files = readers.resolve_files(name, spec)
-      inputs = _input_record(spec, files, shard_tokens, pool)
+      inputs = _input_record(spec, files, shard_tokens, hasher)
       if _is_finished(out_dir, entries.get(name), inputs, tokenizer.fingerprint, dtype.itemsize):
         skipped.append(name)
-        continue
-      if name in entries:  # its shards are about to be rewritten: unlist them first
-        del entries[name]
-        write(entries)
-      _remove_source_files(out_dir, name)
-      entry = _prepare_source(name, spec, files, tokenizer, out_dir, dtype, int(shard_tokens),
-                              pool, workers, progress)
-      entry["inputs"] = inputs
-      entries[name] = entry
-      write(entries)
-      prepared.append(name)
+      else:
+        todo.append(_Todo(name, spec, inputs, [u for f in files
+                                               for u in readers.work_units(f, spec)]))
+  pool = None
+  if workers > 1 and sum(len(t.units) for t in todo) > 1:
+    pool = concurrent.futures.ProcessPoolExecutor(
+        workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init)
+  try:
+    for t in todo:  # their shards are about to be rewritten: unlist them first
+      entries.pop(t.name, None)
+      _remove_source_files(out_dir, t.name)
     write(entries)
+    # One ordered stream of units over all sources keeps every worker busy, also when each source
+    # is a single small file; the shards are still written in document order.
+    call = functools.partial(
+        _tokenize_unit, tokenizer if pool is None else (tokenizer.spec, tokenizer.fingerprint),
+        dtype.str)
+    results = _results(call, [u for t in todo for u in t.units], pool, 2 * workers)
+    for t in todo:
+      entries[t.name] = _write_source(t, results, tokenizer, out_dir, dtype, shard_tokens,
+                                      progress)
+      write(entries)
   finally:
     if pool is not None:
       pool.shutdown(cancel_futures=True)
+  prepared = [t.name for t in todo]
   return PrepareResult(mf.read_manifest(out_dir), tuple(prepared), tuple(skipped))

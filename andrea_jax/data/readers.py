@@ -10,9 +10,10 @@ Formats (``SourceSpec.format``):
   paragraphs.
 * ``"parquet"``: the string column ``text_field``, one document per row (read with pyarrow).
 
-Empty documents are dropped in every format. Large files are cut into work units (JSONL byte ranges
-ending on line breaks, Parquet row groups) so that a process pool can read and tokenize them in
-parallel while the order of documents stays the order of the files.
+Empty documents are dropped in every format. Large files are cut into work units (byte ranges that
+end on a line break for JSONL and just after a separator line for text, row groups for Parquet) so
+that a process pool can read and tokenize them in parallel while the order of documents stays the
+order of the files.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from andrea_jax.data.errors import DataError
 
 FORMATS = ("jsonl", "text", "parquet")
 DEFAULT_SEPARATOR = "<|endoftext|>"
-JSONL_CHUNK_BYTES = 32 << 20  # bytes of JSONL per work unit
+CHUNK_BYTES = 16 << 20  # bytes of JSONL or text per work unit (about; cuts move to a boundary)
 
 
 class SourceSpec(NamedTuple):
@@ -49,8 +50,8 @@ class SourceSpec(NamedTuple):
 
 
 class WorkUnit(NamedTuple):
-  """A piece of one input file: JSONL bytes ``[start, stop)``, Parquet row group ``start``, or a
-  whole text file."""
+  """A piece of one input file: bytes ``[start, stop)`` (JSONL, text) or row group ``start``
+  (Parquet)."""
   path: str
   format: str
   text_field: str
@@ -88,8 +89,23 @@ def resolve_files(source: str, spec: SourceSpec) -> list[str]:
   return list(files)
 
 
-def work_units(path: str, spec: SourceSpec, chunk_bytes: int = JSONL_CHUNK_BYTES) -> list[WorkUnit]:
-  """Cuts one input file into work units (see :class:`WorkUnit`), in document order."""
+def _next_boundary(f, spec: SourceSpec) -> None:
+  """Moves ``f`` to the start of the next document: after the next line break (JSONL) or after
+  the next separator line (text)."""
+  f.readline()  # the rest of the current line
+  if spec.format == "text":
+    separator = spec.separator.encode("utf-8")
+    while line := f.readline():
+      if line.rstrip(b"\n") == separator and line.endswith(b"\n"):
+        return
+
+
+def work_units(path: str, spec: SourceSpec, chunk_bytes: int = CHUNK_BYTES) -> list[WorkUnit]:
+  """Cuts one input file into work units (see :class:`WorkUnit`), in document order.
+
+  A cut never falls inside a document, so reading the units one after the other yields exactly
+  the documents of the whole file.
+  """
   unit = lambda a, b: WorkUnit(path, spec.format, spec.text_field, spec.separator, a, b)
   if spec.format == "parquet":
     import pyarrow.parquet as pq
@@ -99,13 +115,14 @@ def work_units(path: str, spec: SourceSpec, chunk_bytes: int = JSONL_CHUNK_BYTES
       raise DataError(f"{path}: not a readable Parquet file ({e})") from e
     return [unit(g, g + 1) for g in range(groups)]
   size = os.path.getsize(path)
-  if spec.format == "text" or size <= chunk_bytes:
+  if size <= chunk_bytes:
     return [unit(0, size)]
   bounds = [0]
   with open(path, "rb") as f:
     while bounds[-1] + chunk_bytes < size:
-      f.seek(bounds[-1] + chunk_bytes)
-      f.readline()  # move to the start of the next line so no JSON record is cut
+      # Seek one byte early: a chunk that ends exactly on a boundary keeps that boundary.
+      f.seek(bounds[-1] + chunk_bytes - 1)
+      _next_boundary(f, spec)
       bounds.append(min(f.tell(), size))
   if bounds[-1] < size:
     bounds.append(size)
@@ -148,11 +165,12 @@ def _read_jsonl(unit: WorkUnit) -> list[str]:
 
 def _read_text(unit: WorkUnit) -> list[str]:
   with open(unit.path, "rb") as f:
-    data = f.read()
+    f.seek(unit.start)
+    data = f.read(unit.stop - unit.start)
   try:
     text = data.decode("utf-8")
   except UnicodeDecodeError as e:
-    raise DataError(f"{unit.path}, byte {e.start}: invalid UTF-8") from e
+    raise DataError(f"{unit.path}, byte {unit.start + e.start}: invalid UTF-8") from e
   docs, current = [], []
   for line in text.split("\n"):
     if line == unit.separator:
