@@ -8,7 +8,9 @@ overrides any field on the command line (``--config.optim.peak_lr=1e-3``). Secti
 * ``optim``      -- AdamW, clipping and the learning-rate schedule;
 * ``curriculum`` -- phases, bandit and the geometries of the mixture (:mod:`andrea_jax.curriculum`);
 * ``train``      -- run length, logging, checkpoints;
-* ``eval``       -- held-out loss and text samples.
+* ``eval``       -- held-out loss and text samples;
+* ``cliff``      -- the zombie-cliff detector (:mod:`andrea_jax.cliff`);
+* ``distributed`` -- multi-host start-up (:mod:`andrea_jax.distributed`).
 """
 
 from __future__ import annotations
@@ -82,8 +84,10 @@ def eval_section() -> ml_collections.ConfigDict:
 def base_config() -> ml_collections.ConfigDict:
   """The whole run configuration with the tiny defaults; experiments override from here."""
   # Imported here so that importing this module stays light.
+  from andrea_jax.cliff import cliff_config
   from andrea_jax.curriculum.config import curriculum_config
   from andrea_jax.data.config import data_config
+  from andrea_jax.distributed import distributed_config
 
   c = ml_collections.ConfigDict()
   c.seed = 0                # the run's one seed; every random stream is derived from it
@@ -93,4 +97,6 @@ def base_config() -> ml_collections.ConfigDict:
   c.curriculum = curriculum_config()
   c.train = train_section()
   c.eval = eval_section()
+  c.cliff = cliff_config()  # the zombie-cliff detector (andrea_jax.cliff)
+  c.distributed = distributed_config()  # multi-host start-up (andrea_jax.distributed)
   return c

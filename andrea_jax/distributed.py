@@ -1,0 +1,50 @@
+"""Multi-host start-up: ``jax.distributed.initialize`` from the config or the environment.
+
+One process per host (per GPU host, or per TPU VM worker). The coordinator address, the number of
+processes and this process's id come, in order of precedence, from the ``distributed`` config section,
+from the ``JAX_COORDINATOR_ADDRESS`` / ``JAX_NUM_PROCESSES`` / ``JAX_PROCESS_ID`` environment variables,
+or from the cluster's own environment (SLURM, Open MPI, TPU VM metadata), which
+``jax.distributed.initialize()`` detects by itself. A single process with nothing set does nothing.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import ml_collections
+
+_CLUSTER_ENV = ("SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE", "TPU_WORKER_HOSTNAMES",
+                "MEGASCALE_COORDINATOR_ADDRESS")
+
+
+def distributed_config() -> ml_collections.ConfigDict:
+  d = ml_collections.ConfigDict()
+  d.coordinator_address = ""   # "host:port" of process 0; "" = from the environment, or single process
+  d.num_processes = 0          # total processes (hosts); 0 = from the environment
+  d.process_id = -1            # this process's index; -1 = from the environment
+  d.local_device_ids = ""      # comma-separated local device ids this process uses; "" = all
+  return d
+
+
+def maybe_initialize(config: ml_collections.ConfigDict) -> bool:
+  """Initialise the multi-process runtime when the config or the environment asks; returns whether."""
+  d = config.get("distributed") or distributed_config()
+  addr = d.coordinator_address or os.environ.get("JAX_COORDINATOR_ADDRESS", "")
+  if addr:
+    num = d.num_processes or int(os.environ.get("JAX_NUM_PROCESSES", "0"))
+    pid = d.process_id if d.process_id >= 0 else int(os.environ.get("JAX_PROCESS_ID", "-1"))
+    if num < 1 or pid < 0:
+      raise ValueError(f"distributed.coordinator_address = {addr!r} needs num_processes (got {num}) "
+                       f"and process_id (got {pid}), from the config or JAX_NUM_PROCESSES / "
+                       "JAX_PROCESS_ID")
+    if pid >= num:
+      raise ValueError(f"distributed.process_id = {pid} must be < num_processes = {num}")
+    local = [int(x) for x in d.local_device_ids.split(",")] if d.local_device_ids else None
+    jax.distributed.initialize(coordinator_address=addr, num_processes=num, process_id=pid,
+                               local_device_ids=local)
+    return True
+  if any(v in os.environ for v in _CLUSTER_ENV):
+    jax.distributed.initialize()
+    return True
+  return False

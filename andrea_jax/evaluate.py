@@ -1,0 +1,98 @@
+"""Evaluation during training: held-out loss per source, and text samples with their repetition.
+
+The held-out windows are fixed (the same at every evaluation and in every resumed run); the sampling
+keys are ``fold_in(eval_key, step)``. So an evaluation record is a deterministic function of the
+parameters and the step, and goes into ``metrics.jsonl`` with the training records.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from andrea_jax import data as data_lib
+from andrea_jax import repetition
+from andrea_jax import step as step_lib
+from andrea_jax.generate import generate
+
+
+class Evaluator:
+  """Held-out loss per source and samples from fixed prompts, for one run."""
+
+  def __init__(self, run, config: ml_collections.ConfigDict, data, tokenizer, key: jax.Array,
+               workdir: str | None = None):
+    self.run_ = run
+    self.cfg = config.eval
+    self.tokenizer = tokenizer
+    self.key = key
+    self.samples_path = os.path.join(workdir, "samples.txt") if workdir else None
+    model = run.step_config.model
+    num_sources = len(run.sources)
+    parts = []
+    self.eval_sources = []
+    for i, name in enumerate(run.sources):
+      if name not in run.used_sources:
+        continue
+      b = data_lib.eval_batches(data, name, seq_len=config.data.seq_len,
+                                num_sequences=self.cfg.sequences_per_source)
+      b = dict(b, source_ids=np.full((b["inputs"].shape[0],), i, np.int32))
+      parts.append(b)
+      self.eval_sources.append(name)
+    self.batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    self._losses = jax.jit(lambda p, b: step_lib.eval_losses(model, p, b, num_sources))
+    # Training documents start with the end-of-document id, so prompts do too.
+    self.prompts = [np.concatenate([[tokenizer.eod_id], tokenizer.encode(p)]).astype(np.int32)
+                    for p in self.cfg.prompts]
+    mcfg = run.model_config
+    top_k = self.cfg.top_k or None
+    self._generate = jax.jit(
+        lambda p, prompt, key, greedy: generate(
+            p, mcfg, prompt, key, max_new_tokens=self.cfg.sample_tokens,
+            temperature=self.cfg.temperature, top_k=top_k, greedy=greedy),
+        static_argnames=("greedy",))
+
+  def losses(self, params) -> dict[str, float]:
+    """Mean held-out loss (nats/token) of each source in use."""
+    loss_S, tokens_S = jax.device_get(self._losses(params, self.batch))
+    idx = {n: i for i, n in enumerate(self.run_.sources)}
+    return {n: float(loss_S[idx[n]] / max(tokens_S[idx[n]], 1.0)) for n in self.eval_sources}
+
+  def samples(self, params, step: int) -> list[dict[str, Any]]:
+    """Greedy and sampled continuations of each prompt, with their repetition scores."""
+    if not self.cfg.sample_tokens:
+      return []
+    out = []
+    key = jax.random.fold_in(self.key, step)
+    for i, (text, prompt) in enumerate(zip(self.cfg.prompts, self.prompts)):
+      row = {"prompt": text}
+      for mode, greedy in (("greedy", True), ("sampled", False)):
+        toks = self._generate(params, jnp.asarray(prompt[None]), jax.random.fold_in(key, i),
+                              greedy=greedy)
+        new = np.asarray(toks)[0, len(prompt):]
+        row[mode] = self.tokenizer.decode(new[new != self.tokenizer.eod_id].tolist())
+        row[f"{mode}_repetition"] = float(repetition.repetition_score(new))
+      out.append(row)
+    return out
+
+  def run(self, params, step: int) -> dict[str, Any]:
+    """One evaluation record for ``metrics.jsonl`` (and a block appended to ``samples.txt``)."""
+    losses = self.losses(params)
+    rec: dict[str, Any] = {"step": step, "eval/mean_loss": float(np.mean(list(losses.values())))}
+    rec.update({f"eval/loss/{n}": v for n, v in losses.items()})
+    samples = self.samples(params, step)
+    if samples:
+      rec["eval/repetition"] = float(np.mean([s["sampled_repetition"] for s in samples]))
+      rec["eval/greedy_repetition"] = float(np.mean([s["greedy_repetition"] for s in samples]))
+      rec["samples"] = samples
+      if self.samples_path and jax.process_index() == 0:
+        with open(self.samples_path, "a") as f:
+          f.write(f"=== step {step} ===\n")
+          for s in samples:
+            f.write(f"[{s['prompt']!r}] greedy : {s['greedy']!r}\n")
+            f.write(f"[{s['prompt']!r}] sampled: {s['sampled']!r}\n")
+    return rec

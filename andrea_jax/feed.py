@@ -1,0 +1,78 @@
+"""Host-side feed of mixture weights: which weights build the batch of step t.
+
+The curriculum runs on device, inside the jitted step; the batches are built on the host, ahead of time,
+by a background thread. The curriculum decides each phase's weights ``decision_lag`` steps before the
+phase starts, so the schedule it returns after step ``s`` fixes the weights of every step up to
+``s + 1 + lag``. To build batch ``t`` the host therefore reads the schedule recorded after step
+``t - 1 - lag``: a step dispatched long before, so the read never makes the device wait, and the answer
+is the same whichever run (fresh or resumed) asks.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import jax
+import numpy as np
+
+from andrea_jax import curriculum
+
+
+class Closed(RuntimeError):
+  """The feed was closed while a reader waited (the training loop stopped)."""
+
+
+class ScheduleFeed:
+  """Thread-safe map ``step -> weights`` backed by schedules recorded after each step.
+
+  ``initial`` is the schedule of the state the loop starts from (fresh or restored), valid for steps
+  ``start .. start + lag``. The loop calls :meth:`record` after dispatching each step with the step's
+  (device) schedule; the batch thread calls :meth:`weights` for the step it builds.
+  """
+
+  def __init__(self, initial: Any, start_step: int, lag: int):
+    self._initial = jax.tree.map(np.asarray, initial)
+    self._start = start_step
+    self._lag = lag
+    self._recorded: dict[int, Any] = {}
+    self._cond = threading.Condition()
+    self._closed = False
+    self._used: dict[int, np.ndarray] = {}
+
+  def record(self, step: int, schedule: Any) -> None:
+    with self._cond:
+      self._recorded[step] = schedule
+      for old in [s for s in self._recorded if s < step - 4 * (self._lag + 2)]:
+        del self._recorded[old]
+      self._cond.notify_all()
+
+  def close(self) -> None:
+    with self._cond:
+      self._closed = True
+      self._cond.notify_all()
+
+  def weights(self, step: int) -> np.ndarray:
+    """Mixture weights ``[S]`` of the batch of ``step`` (blocks until the schedule it needs exists)."""
+    source = step - 1 - self._lag
+    if source < self._start:
+      sched = self._initial
+    else:
+      with self._cond:
+        while source not in self._recorded:
+          if self._closed:
+            raise Closed(f"feed closed while waiting for the schedule of step {source}")
+          self._cond.wait(timeout=1.0)
+        sched = self._recorded[source]
+      sched = jax.tree.map(np.asarray, sched)   # waits for that step only, long finished
+    w = np.asarray(curriculum.weights_at(sched, step), np.float64)
+    with self._cond:
+      self._used[step] = w
+    return w
+
+  def used(self, step: int) -> np.ndarray | None:
+    """The weights handed out for ``step`` (for logging); forgets every earlier step."""
+    with self._cond:
+      for old in [s for s in self._used if s < step]:
+        del self._used[old]
+      return self._used.get(step)

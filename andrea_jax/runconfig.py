@@ -1,0 +1,122 @@
+"""From a config to a validated run: every check happens here, before anything compiles.
+
+:func:`build` turns the ``ConfigDict`` into the static pieces of a run (the frozen ``ModelConfig``, the
+optimizer, the curriculum tables, the detector's settings). Each section's own validator names the
+field and the value it rejects; the cross-section checks (the context against the model, the batch
+against the micro-batches, warmup against the run length) live here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import ml_collections
+
+from andrea_jax import cliff as cliff_lib
+from andrea_jax import curriculum
+from andrea_jax import optim
+from andrea_jax import sources as sources_lib
+from andrea_jax import step as step_lib
+from andrea_jax.data.config import validate_data_config
+from andrea_jax.model import ModelConfig, Transformer
+
+# Dense bf16 peak FLOP/s by device kind, for MFU. CPU has no meaningful peak: MFU is not reported.
+PEAK_FLOPS = {
+    "H100": 989e12, "H200": 989e12, "H800": 989e12, "A100": 312e12, "A10G": 125e12,
+    "L4": 121e12, "TPU v4": 275e12, "TPU v5 lite": 197e12, "TPU v5e": 197e12, "TPU v5p": 459e12,
+    "TPU v6 lite": 918e12, "TPU v6e": 918e12,
+}
+
+
+def peak_flops(device: Any = None) -> float | None:
+  """Peak dense bf16 FLOP/s of one device, summed over local devices; ``None`` when unknown."""
+  devices = jax.local_devices() if device is None else [device]
+  kind = devices[0].device_kind
+  for name, flops in PEAK_FLOPS.items():
+    if name.lower() in kind.lower():
+      return flops * len(devices)
+  return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """The validated, static description of a run."""
+  model_config: ModelConfig
+  step_config: step_lib.StepConfig
+  curriculum_spec: Any
+  cliff_cfg: Any
+  sources: tuple[str, ...]
+  used_sources: tuple[str, ...]
+
+
+def _positive_int(section: str, cfg, name: str, minimum: int = 1) -> int:
+  v = cfg[name]
+  if isinstance(v, bool) or not isinstance(v, int):
+    raise TypeError(f"{section}.{name} must be an integer, got {v!r}")
+  if v < minimum:
+    raise ValueError(f"{section}.{name} must be >= {minimum}, got {v}")
+  return v
+
+
+def validate_train_config(cfg: ml_collections.ConfigDict) -> None:
+  _positive_int("train", cfg, "num_steps")
+  _positive_int("train", cfg, "log_every")
+  _positive_int("train", cfg, "checkpoint_every", minimum=0)
+  _positive_int("train", cfg, "keep_checkpoints")
+  _positive_int("train", cfg, "max_nonfinite_steps")
+
+
+def validate_eval_config(cfg: ml_collections.ConfigDict) -> None:
+  _positive_int("eval", cfg, "every", minimum=0)
+  _positive_int("eval", cfg, "sequences_per_source")
+  _positive_int("eval", cfg, "sample_tokens", minimum=0)
+  _positive_int("eval", cfg, "top_k", minimum=0)
+  t = cfg.temperature
+  if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0 or t != t or t == float("inf"):
+    raise ValueError(f"eval.temperature must be a finite number > 0, got {t!r}")
+  if isinstance(cfg.prompts, str) or not all(isinstance(p, str) and p for p in cfg.prompts):
+    raise TypeError(f"eval.prompts must be a list of non-empty strings, got {cfg.prompts!r}")
+
+
+def model_config(config: ml_collections.ConfigDict, vocab_size: int | None = None) -> ModelConfig:
+  """The frozen ``ModelConfig``; ``model.vocab_size = 0`` takes ``vocab_size`` (the tokenizer's)."""
+  fields = config.model.to_dict()
+  if fields.get("vocab_size") == 0:
+    fields["vocab_size"] = vocab_size if vocab_size else _tokenizer_vocab(config.data.tokenizer)
+  return ModelConfig.from_dict(fields)
+
+
+def _tokenizer_vocab(spec: str) -> int:
+  from andrea_jax import data as data_lib
+  return data_lib.load_tokenizer(spec).vocab_size
+
+
+def build(config: ml_collections.ConfigDict) -> Run:
+  """Validate ``config`` and build the run's static pieces; raises ``ValueError``/``TypeError``."""
+  seed = config.seed
+  if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
+    raise ValueError(f"seed must be an integer in [0, 2**31), got {seed!r}")
+  validate_train_config(config.train)
+  validate_eval_config(config.eval)
+  validate_data_config(config.data)
+  num_steps = config.train.num_steps
+  tx = optim.make_optimizer(config.optim, num_steps)      # validates the optim section
+  mcfg = model_config(config)
+  if config.data.seq_len > mcfg.max_len:
+    raise ValueError(f"data.seq_len = {config.data.seq_len} exceeds model.max_len = {mcfg.max_len}")
+  accum = config.optim.grad_accum_steps
+  local_batch = config.data.global_batch_size // jax.process_count()
+  if local_batch % accum:
+    raise ValueError(f"optim.grad_accum_steps = {accum} does not divide the per-process batch "
+                     f"{local_batch} (data.global_batch_size = {config.data.global_batch_size})")
+  sources = sources_lib.SOURCES
+  spec = curriculum.spec_from_config(config.curriculum, sources=sources)
+  cliff_cfg = cliff_lib.CliffConfig.from_config(config.cliff)
+  step_cfg = step_lib.StepConfig(
+      model=Transformer(mcfg), tx=tx, schedule=optim.learning_rate_schedule(config.optim, num_steps),
+      curriculum_spec=spec, cliff_cfg=cliff_cfg, num_sources=len(sources), grad_accum_steps=accum,
+      max_nonfinite_steps=config.train.max_nonfinite_steps)
+  return Run(model_config=mcfg, step_config=step_cfg, curriculum_spec=spec, cliff_cfg=cliff_cfg,
+             sources=sources, used_sources=tuple(curriculum.used_sources(spec)))

@@ -1,0 +1,173 @@
+"""The training state and the one jitted step ``(state, batch) -> (state, metrics)``.
+
+Everything that changes during a run lives in :class:`TrainState` (a pytree that goes whole into each
+checkpoint); everything that does not (the model, the optimizer, the curriculum tables) is bound into the
+step when it is built. The step does, in order:
+
+1. forward and backward over the batch, split into ``grad_accum_steps`` micro-batches scanned on device
+   (one call = one optimizer step, so the schedule, the curriculum and the checkpoints all count the same
+   steps);
+2. the per-source mean loss and token counts, a segment sum over the batch's source ids;
+3. the AdamW update -- skipped, leaving the state untouched, when the loss or the gradient is not finite;
+4. the curriculum update with the per-source losses (the weights of the batches to come);
+5. the zombie-cliff detector on the same numbers (it may exclude a source from the next phase on).
+
+Batches are dicts of arrays: ``inputs``, ``targets``, ``segment_ids``, ``positions`` ``[B, T]`` int32
+and ``source_ids`` ``[B]`` int32 (see :mod:`andrea_jax.data`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import flax
+import jax
+import jax.numpy as jnp
+import optax
+
+from andrea_jax import cliff as cliff_lib
+from andrea_jax import curriculum
+from andrea_jax.model import Transformer
+
+PyTree = Any
+Batch = dict[str, jax.Array]
+
+
+@flax.struct.dataclass
+class TrainState:
+  """Everything a run carries from one step to the next (and into checkpoints)."""
+  step: jax.Array                 # int32 scalar: the next step to run
+  params: PyTree                  # float32 model parameters
+  opt_state: PyTree               # optax state (AdamW moments, counts)
+  curriculum: Any                 # curriculum.CurriculumState
+  cliff: Any                      # cliff.CliffState (zombie-cliff detector)
+  nonfinite_streak: jax.Array     # int32: consecutive skipped (non-finite) steps so far
+  halted_at: jax.Array            # int32: first step of a streak that reached the limit; -1 if none
+
+
+@dataclasses.dataclass(frozen=True)
+class StepConfig:
+  """What the step needs that never changes during a run."""
+  model: Transformer
+  tx: optax.GradientTransformation
+  schedule: Callable[[jax.Array], jax.Array]
+  curriculum_spec: Any
+  cliff_cfg: Any
+  num_sources: int
+  grad_accum_steps: int = 1
+  max_nonfinite_steps: int = 5
+
+
+def token_losses(model: Transformer, params: PyTree, batch: Batch) -> tuple[jax.Array, jax.Array]:
+  """Per-token cross-entropy ``[B, T]`` (float32) and the mask of tokens that count ``[B, T]``.
+
+  Tokens whose segment id is 0 (padding) do not count.
+  """
+  logits_BxTxV = model.apply({"params": params}, batch["inputs"],
+                             segment_ids=batch["segment_ids"], positions=batch["positions"])
+  loss_BxT = optax.softmax_cross_entropy_with_integer_labels(
+      logits_BxTxV.astype(jnp.float32), batch["targets"])
+  mask_BxT = (batch["segment_ids"] > 0).astype(jnp.float32)
+  return loss_BxT * mask_BxT, mask_BxT
+
+
+def per_source_sums(loss_BxT: jax.Array, mask_BxT: jax.Array, source_ids_B: jax.Array,
+                    num_sources: int) -> tuple[jax.Array, jax.Array]:
+  """Summed loss and token count per source, ``([S], [S])``, by a segment sum over rows."""
+  loss_S = jax.ops.segment_sum(loss_BxT.sum(-1), source_ids_B, num_segments=num_sources)
+  tokens_S = jax.ops.segment_sum(mask_BxT.sum(-1), source_ids_B, num_segments=num_sources)
+  return loss_S, tokens_S
+
+
+def _split_micro(batch: Batch, k: int) -> Batch:
+  return jax.tree.map(lambda x: x.reshape(k, x.shape[0] // k, *x.shape[1:]), batch)
+
+
+def loss_and_grads(cfg: StepConfig, params: PyTree, batch: Batch):
+  """Mean token loss, its gradient, and per-source ``(loss sums [S], tokens [S])``.
+
+  With ``grad_accum_steps = k`` the batch is cut into k micro-batches whose gradients are summed in a
+  ``lax.scan`` (memory of one micro-batch), then divided by the total token count: the result equals
+  the full-batch gradient.
+  """
+  def micro(params, mb):
+    def total_loss(p):
+      loss_BxT, mask_BxT = token_losses(cfg.model, p, mb)
+      return loss_BxT.sum(), (loss_BxT, mask_BxT)
+    (loss_sum, (loss_BxT, mask_BxT)), g = jax.value_and_grad(total_loss, has_aux=True)(params)
+    ls, ts = per_source_sums(loss_BxT, mask_BxT, mb["source_ids"], cfg.num_sources)
+    return loss_sum, g, ls, ts
+
+  if cfg.grad_accum_steps == 1:
+    loss_sum, grads, loss_S, tokens_S = micro(params, batch)
+  else:
+    def body(carry, mb):
+      out = micro(params, mb)
+      return jax.tree.map(jnp.add, carry, out), None
+    zeros = (jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, params),
+             jnp.zeros((cfg.num_sources,), jnp.float32), jnp.zeros((cfg.num_sources,), jnp.float32))
+    (loss_sum, grads, loss_S, tokens_S), _ = jax.lax.scan(
+        body, zeros, _split_micro(batch, cfg.grad_accum_steps))
+  n = jnp.maximum(tokens_S.sum(), 1.0)
+  return loss_sum / n, jax.tree.map(lambda g: g / n, grads), loss_S, tokens_S
+
+
+def train_step(cfg: StepConfig, state: TrainState, batch: Batch) -> tuple[TrainState, dict]:
+  """One optimizer step; pure. Jit it once with ``donate_argnums`` on the state (see :func:`jit_step`)."""
+  step = state.step
+  loss, grads, loss_sum_S, tokens_S = loss_and_grads(cfg, state.params, batch)
+  grad_norm = optax.global_norm(grads)
+  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+
+  updates, opt_state = cfg.tx.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  # A non-finite step changes nothing: the NaN never reaches the weights or the moments.
+  keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
+  params, opt_state = keep(params, state.params), keep(opt_state, state.opt_state)
+
+  losses_S = loss_sum_S / jnp.maximum(tokens_S, 1.0)
+  cur = curriculum.update(cfg.curriculum_spec, state.curriculum, step, losses_S,
+                          jnp.where(finite, tokens_S, 0.0))
+  cliff_state, event = cliff_lib.cliff_update(cfg.cliff_cfg, state.cliff, step, loss, losses_S,
+                                              jnp.where(finite, tokens_S, 0.0))
+  if cfg.cliff_cfg.respond:
+    # The flagged source gets a ceiling of 0 from the next undecided phase on (as the polish did).
+    cur = jax.lax.cond(event.exclude,
+                       lambda c: curriculum.exclude(cfg.curriculum_spec, c, cliff_state.excluded_S),
+                       lambda c: c, cur)
+
+  streak = jnp.where(finite, 0, state.nonfinite_streak + 1)
+  halted_at = jnp.where((state.halted_at < 0) & (streak >= cfg.max_nonfinite_steps),
+                        step - streak + 1, state.halted_at)
+  new_state = TrainState(step=step + 1, params=params, opt_state=opt_state, curriculum=cur,
+                         cliff=cliff_state, nonfinite_streak=streak, halted_at=halted_at)
+  metrics = {
+      "step": step,
+      "loss": loss,
+      "grad_norm": grad_norm,
+      "lr": cfg.schedule(step),
+      "finite": finite,
+      "source_loss": losses_S,
+      "source_tokens": tokens_S,
+      "schedule": curriculum.schedule(cur),
+      "curriculum": curriculum.metrics(cfg.curriculum_spec, cur),
+      "cliff": event,
+      "halted_at": halted_at,
+  }
+  return new_state, metrics
+
+
+def jit_step(cfg: StepConfig, state_sharding=None, batch_sharding=None):
+  """``train_step`` jitted once, the state donated (its buffers are reused for the new state)."""
+  kw = {}
+  if state_sharding is not None:
+    kw = dict(in_shardings=(state_sharding, batch_sharding), out_shardings=(state_sharding, None))
+  return jax.jit(lambda s, b: train_step(cfg, s, b), donate_argnums=0, **kw)
+
+
+def eval_losses(model: Transformer, params: PyTree, batch: Batch, num_sources: int):
+  """Per-source summed loss and token count on a (held-out) batch: ``([S], [S])``."""
+  loss_BxT, mask_BxT = token_losses(model, params, batch)
+  return per_source_sums(loss_BxT, mask_BxT, batch["source_ids"], num_sources)

@@ -1,0 +1,240 @@
+"""``train_and_evaluate(config, workdir)``: the training loop around the jitted step.
+
+The loop, in the order a newcomer should read it:
+
+1. validate the whole config (nothing compiles before this passes);
+2. open the data (the built-in corpus is generated and prepared once, then cached) and the tokenizer;
+3. build the model, the optimizer, the curriculum and the step, jitted once with the state donated;
+4. restore the newest trustworthy checkpoint of ``workdir``, if any: the resumed run is identical to an
+   uninterrupted one (the batches are a pure function of (seed, step, weights), and everything else is
+   in the state);
+5. run the steps: a background thread builds batch t+1, t+2 while step t runs; metrics are read only at
+   log intervals, after the next step is dispatched, so the host never makes the device wait;
+6. evaluate every ``eval.every`` steps, checkpoint every ``train.checkpoint_every`` steps and on
+   SIGTERM/SIGINT, and at the end write ``summary.png``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from andrea_jax import checkpoint as ckpt_lib
+from andrea_jax import cliff as cliff_lib
+from andrea_jax import curriculum
+from andrea_jax import data as data_lib
+from andrea_jax import evaluate as eval_lib
+from andrea_jax import feed as feed_lib
+from andrea_jax import logs
+from andrea_jax import optim
+from andrea_jax import plots
+from andrea_jax import runconfig
+from andrea_jax import step as step_lib
+from andrea_jax.model import Transformer, flops_per_token, init_params
+
+
+class TrainingHalted(RuntimeError):
+  """Too many consecutive non-finite steps: the run stopped (its last checkpoint is intact)."""
+
+
+def _keys(seed: int) -> dict[str, jax.Array]:
+  """The run's named random streams, all derived from its one seed."""
+  root = jax.random.PRNGKey(seed)
+  names = ("params", "curriculum", "eval")
+  return {n: jax.random.fold_in(root, i) for i, n in enumerate(names)}
+
+
+def init_state(run: runconfig.Run, keys: dict[str, jax.Array]) -> step_lib.TrainState:
+  """A fresh training state: initialised parameters, optimizer, curriculum and detector states."""
+  params = init_params(run.model_config, keys["params"])
+  return step_lib.TrainState(
+      step=jnp.zeros((), jnp.int32),
+      params=params,
+      opt_state=run.step_config.tx.init(params),
+      curriculum=curriculum.init(run.curriculum_spec, keys["curriculum"]),
+      cliff=cliff_lib.cliff_init(len(run.sources), run.cliff_cfg.window),
+      nonfinite_streak=jnp.zeros((), jnp.int32),
+      halted_at=jnp.full((), -1, jnp.int32),
+  )
+
+
+class _Signals:
+  """SIGTERM/SIGINT set a flag; the loop checkpoints and exits cleanly at the next step boundary."""
+
+  def __init__(self):
+    self.received: int | None = None
+    self._old = {}
+
+  def __enter__(self):
+    for sig in (signal.SIGTERM, signal.SIGINT):
+      try:
+        self._old[sig] = signal.signal(sig, self._handle)
+      except ValueError:   # not the main thread (e.g. a notebook worker): no handlers
+        pass
+    return self
+
+  def _handle(self, signum, frame):
+    if self.received is not None and signum == signal.SIGINT:
+      raise KeyboardInterrupt   # a second Ctrl-C stops at once
+    self.received = signum
+
+  def __exit__(self, *exc):
+    for sig, old in self._old.items():
+      signal.signal(sig, old)
+
+
+def _step_record(run: runconfig.Run, m: dict, weights: np.ndarray) -> dict:
+  """The deterministic log line of one step, from its fetched metrics."""
+  rec: dict[str, Any] = {"step": int(m["step"]), "loss": float(m["loss"]),
+                         "grad_norm": float(m["grad_norm"]), "lr": float(m["lr"]),
+                         "finite": bool(m["finite"])}
+  tokens = np.asarray(m["source_tokens"], np.float64)
+  share = tokens / max(tokens.sum(), 1.0)
+  for i, name in enumerate(run.sources):
+    rec[f"weight/{name}"] = float(weights[i])
+    rec[f"share/{name}"] = float(share[i])
+    if tokens[i] > 0:
+      rec[f"loss/{name}"] = float(m["source_loss"][i])
+  for k, v in m["curriculum"].items():
+    v = np.asarray(v)
+    if v.ndim == 0:
+      rec[f"curriculum/{k}"] = v.item()
+  ev = m["cliff"]
+  if bool(ev.flag):
+    rec["cliff/source"] = run.sources[int(ev.source)]
+    rec["cliff/score"] = float(ev.score)
+  return rec
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Train (or resume) the run described by ``config`` in ``workdir``; returns a summary dict.
+
+  Writes under ``workdir``: ``checkpoints/``, ``metrics.jsonl``, ``throughput.jsonl``,
+  ``tensorboard/``, ``samples.txt``, ``config.json`` and, at the end, ``summary.png``.
+  """
+  run = runconfig.build(config)            # validates everything; raises before any compilation
+  os.makedirs(workdir, exist_ok=True)
+  is_main = jax.process_index() == 0
+  if is_main:
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+      f.write(config.to_json_best_effort(indent=2, sort_keys=True))
+
+  tokenizer = data_lib.load_tokenizer(config.data.tokenizer)
+  data = data_lib.open_training_data(config.data, tokenizer, required=run.used_sources)
+  keys = _keys(config.seed)
+  step_fn = step_lib.jit_step(run.step_config)
+  checkpoints = ckpt_lib.Checkpoints(os.path.join(workdir, "checkpoints"),
+                                     keep=config.train.keep_checkpoints)
+
+  state = jax.jit(lambda: init_state(run, keys))()
+  restored = checkpoints.restore_latest(jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state))
+  start = 0
+  if restored is not None:
+    start, state, _ = restored
+    print(f"resuming from step {start} ({checkpoints.directory}/{start})")
+  num_steps = config.train.num_steps
+  logger = logs.RunLogger(workdir, resume_step=start, is_writer=is_main)
+  evaluator = eval_lib.Evaluator(run, config, data, tokenizer, keys["eval"], workdir)
+
+  sampler = data_lib.MixtureSampler(
+      data, seq_len=config.data.seq_len, global_batch_size=config.data.global_batch_size,
+      seed=config.seed, process_index=jax.process_index(), process_count=jax.process_count())
+  feed = feed_lib.ScheduleFeed(curriculum.schedule(state.curriculum), start,
+                               run.curriculum_spec.decision_lag)
+  batches = data_lib.Prefetcher(lambda t: sampler.batch(t, feed.weights(t)), start_step=start,
+                                depth=max(2, config.data.prefetch))
+
+  tokens_per_step = config.data.global_batch_size * config.data.seq_len
+  flops = flops_per_token(run.model_config, config.data.seq_len)
+  peak = runconfig.peak_flops()
+  bar = None
+  if is_main and config.train.progress_bar:
+    from tqdm.auto import tqdm
+    bar = tqdm(total=num_steps, initial=start, unit="step", dynamic_ncols=True)
+
+  def checkpoint(at: int):
+    checkpoints.save(at, state, {"step": at, "config": config.to_dict()})
+
+  pending = None                      # (step, metrics) dispatched but not yet read
+  last_log = (time.perf_counter(), start)
+  summary: dict[str, Any] = {"start_step": start}
+  t = start
+  try:
+    with _Signals() as signals:
+      for t in range(start, num_steps):
+        batch = next(batches)
+        state, metrics = step_fn(state, batch)
+        feed.record(t, metrics["schedule"])
+        if pending is not None:       # read the previous log step now that step t is queued
+          _log_step(run, logger, feed, *pending, bar=bar)
+          pending = None
+        if (t + 1) % config.train.log_every == 0 or t + 1 == num_steps:
+          pending = (t, metrics)
+          now = time.perf_counter()
+          tps = tokens_per_step * (t + 1 - last_log[1]) / max(now - last_log[0], 1e-9)
+          last_log = (now, t + 1)
+          perf = {"step": t, "tokens_per_s": tps}
+          if peak:
+            perf["mfu"] = tps * flops / peak
+          logger.write(perf, deterministic=False)
+          if bar is not None:
+            bar.set_postfix(tok_s=f"{tps:,.0f}", **({"mfu": f"{perf['mfu']:.1%}"} if peak else {}))
+        if bar is not None:
+          bar.update(1)
+        if config.eval.every and (t + 1) % config.eval.every == 0 and t + 1 < num_steps:
+          logger.write(evaluator.run(state.params, t + 1))
+        if config.train.checkpoint_every and (t + 1) % config.train.checkpoint_every == 0:
+          checkpoint(t + 1)
+        if signals.received is not None:
+          print(f"\nsignal {signals.received} at step {t + 1}: checkpointing and exiting")
+          checkpoint(t + 1)
+          summary["interrupted_at"] = t + 1
+          break
+      if pending is not None:
+        _log_step(run, logger, feed, *pending, bar=bar)
+      if "interrupted_at" not in summary:
+        final = evaluator.run(state.params, num_steps)
+        logger.write(final)
+        summary["final_eval"] = final
+        if num_steps not in checkpoints.all_steps():
+          checkpoint(num_steps)
+  finally:
+    feed.close()
+    batches.close()
+    checkpoints.close()
+    logger.close()
+    if bar is not None:
+      bar.close()
+  summary["end_step"] = summary.get("interrupted_at", num_steps)
+  if is_main and config.train.plot and "interrupted_at" not in summary:
+    regimes = list(zip(run.curriculum_spec.starts.tolist(), run.curriculum_spec.geometry_names))
+    summary["plot"] = plots.summary_plot(workdir, run.sources, regimes)
+  return summary
+
+
+def _log_step(run, logger, feed, t, metrics, bar=None):
+  m = jax.device_get(metrics)
+  if int(m["halted_at"]) >= 0:
+    first = int(m["halted_at"])
+    raise TrainingHalted(
+        f"{run.step_config.max_nonfinite_steps} consecutive steps with a non-finite loss or gradient "
+        f"(steps {first}..{first + run.step_config.max_nonfinite_steps - 1}); they were skipped and "
+        "the weights are unchanged. Lower optim.peak_lr, raise optim.warmup_steps or check the data.")
+  weights = feed.used(t)
+  rec = _step_record(run, m, weights)
+  logger.write(rec)
+  if bar is not None:
+    bar.set_description(f"loss {rec['loss']:.3f}")
+  if "cliff/source" in rec:
+    print(f"\nzombie cliff at step {t}: loss {rec['loss']:.3f} far below its recent values; "
+          f"source {rec['cliff/source']!r}" + (" excluded from the next phase on"
+                                                 if run.cliff_cfg.respond else ""))
+
