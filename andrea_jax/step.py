@@ -118,7 +118,7 @@ def train_step(cfg: StepConfig, state: TrainState, batch: Batch) -> tuple[TrainS
   """One optimizer step; pure. Jit it once with ``donate_argnums`` on the state (see :func:`jit_step`)."""
   step = state.step
   loss, grads, loss_sum_S, tokens_S = loss_and_grads(cfg, state.params, batch)
-  grad_norm = optax.global_norm(grads)
+  grad_norm = optax.tree_utils.tree_norm(grads)
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
 
   updates, opt_state = cfg.tx.update(grads, state.opt_state, state.params)

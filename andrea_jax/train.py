@@ -160,8 +160,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     from tqdm.auto import tqdm
     bar = tqdm(total=num_steps, initial=start, unit="step", dynamic_ncols=True)
 
+  saved = set(checkpoints.all_steps())
+
   def checkpoint(at: int):
-    checkpoints.save(at, state, {"step": at, "config": config.to_dict()})
+    if at not in saved:
+      checkpoints.save(at, state, {"step": at, "config": config.to_dict()})
+      saved.add(at)
 
   pending = None                      # (step, metrics) dispatched but not yet read
   last_log = (time.perf_counter(), start)
@@ -204,8 +208,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         final = evaluator.run(state.params, num_steps)
         logger.write(final)
         summary["final_eval"] = final
-        if num_steps not in checkpoints.all_steps():
-          checkpoint(num_steps)
+        checkpoint(num_steps)
   finally:
     feed.close()
     batches.close()

@@ -12,3 +12,50 @@ def maybe_jit(request):
   if request.param == "jit":
     return jax.jit
   return lambda f, **kw: f
+
+
+REPO = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+def small_run_config(num_steps: int = 30, **overrides):
+  """The main job's config shrunk for tests: a 2-layer 32-wide model, 16 x 32-token batches.
+
+  The curriculum keeps its three geometries, placed inside the short run.
+  """
+  import importlib.util
+
+  from andrea_jax.curriculum import andrea_geometries
+
+  spec = importlib.util.spec_from_file_location("tiny_config", REPO / "experiments" / "tiny.py")
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  c = mod.get_config()
+  c.model.update(num_layers=2, num_heads=2, d_model=32, d_mlp=128, max_len=64)
+  c.data.update(seq_len=32, global_batch_size=16, builtin_scale=0.25)
+  c.train.update(num_steps=num_steps, log_every=5, checkpoint_every=10, progress_bar=False,
+                 plot=False)
+  c.eval.update(every=0, sequences_per_source=2, sample_tokens=8, prompts=("The ",))
+  c.optim.update(warmup_steps=5, peak_lr=3e-3)
+  # The three regimes at 0, 30% and 60% of the run (phases of 7-42 steps need room).
+  c.curriculum.geometries = andrea_geometries(10**6)
+  c.curriculum.geometries.v2_firehose.start_step = max(7, int(0.3 * num_steps))
+  c.curriculum.geometries.v3_polish.start_step = max(14, int(0.6 * num_steps))
+  c.cliff.update(window=10, warmup=10, cooldown=10)
+  for key, value in overrides.items():
+    section, field = key.split("__")
+    c[section][field] = value
+  return c
+
+
+@pytest.fixture(scope="session")
+def data_cache(tmp_path_factory):
+  """One built-in corpus cache for the whole session (subprocesses inherit it through the env)."""
+  import os
+  path = str(tmp_path_factory.mktemp("andrea_cache"))
+  old = os.environ.get("ANDREA_JAX_CACHE")
+  os.environ["ANDREA_JAX_CACHE"] = path
+  yield path
+  if old is None:
+    os.environ.pop("ANDREA_JAX_CACHE", None)
+  else:
+    os.environ["ANDREA_JAX_CACHE"] = old

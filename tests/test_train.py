@@ -1,0 +1,224 @@
+"""The training system: a one-step golden test against PyTorch, the loop end to end, resume, halting."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from andrea_jax import checkpoint as ckpt_lib
+from andrea_jax import convert
+from andrea_jax import logs
+from andrea_jax import runconfig
+from andrea_jax import step as step_lib
+from andrea_jax import train
+from andrea_jax.model import init_params
+from conftest import REPO, small_run_config
+
+
+def _fixed_batch(rng, B, T, vocab, num_sources):
+  """One document per row (no end-of-document inside), as the Hugging Face model sees text."""
+  tokens = rng.integers(0, vocab - 1, size=(B, T + 1)).astype(np.int32)
+  return {
+      "inputs": tokens[:, :-1], "targets": tokens[:, 1:],
+      "segment_ids": np.ones((B, T), np.int32),
+      "positions": np.broadcast_to(np.arange(T, dtype=np.int32), (B, T)).copy(),
+      "source_ids": rng.integers(0, num_sources, size=(B,)).astype(np.int32),
+  }
+
+
+def test_one_step_golden_against_pytorch():
+  """One AdamW step of ours equals one step of transformers' GPT-2 + torch.optim.AdamW."""
+  torch = pytest.importorskip("torch")
+  transformers = pytest.importorskip("transformers")
+  c = small_run_config()
+  c.optim.update(warmup_steps=0, schedule="constant", peak_lr=1e-3, weight_decay=0.1, grad_clip=1.0)
+  run = runconfig.build(c)
+  mcfg = run.model_config
+  state = jax.jit(lambda: train.init_state(run, train._keys(0)))()
+  batch = _fixed_batch(np.random.default_rng(0), 4, 32, mcfg.vocab_size, 16)
+
+  # The reference: the same weights in PyTorch, cross-entropy, clip_grad_norm_, AdamW.
+  hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(**convert.hf_gpt2_config(mcfg)))
+  sd = convert.to_hf_state_dict(state.params, mcfg)
+  hf.load_state_dict({k: torch.tensor(np.array(v)) for k, v in sd.items()}, strict=False)
+  hf.float().train()
+  for m in hf.modules():   # no dropout in ours
+    if isinstance(m, torch.nn.Dropout):
+      m.p = 0.0
+  decay = [p for p in hf.parameters() if p.dim() >= 2]
+  no_decay = [p for p in hf.parameters() if p.dim() < 2]
+  opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                           {"params": no_decay, "weight_decay": 0.0}],
+                          lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
+  logits = hf(torch.tensor(batch["inputs"], dtype=torch.long)).logits
+  ref_loss = torch.nn.functional.cross_entropy(
+      logits.reshape(-1, logits.shape[-1]), torch.tensor(batch["targets"], dtype=torch.long).reshape(-1))
+  ref_loss.backward()
+  ref_norm = torch.nn.utils.clip_grad_norm_(hf.parameters(), 1.0)
+  opt.step()
+
+  step_fn = step_lib.jit_step(run.step_config)
+  new_state, metrics = step_fn(state, {k: jnp.asarray(v) for k, v in batch.items()})
+  assert float(metrics["loss"]) == pytest.approx(float(ref_loss), rel=1e-5)
+  assert float(metrics["grad_norm"]) == pytest.approx(float(ref_norm), rel=1e-4)
+  ours = convert.to_hf_state_dict(new_state.params, mcfg)
+  ref = {k: v.detach().numpy() for k, v in hf.state_dict().items()}
+  for name, value in ours.items():
+    if name in ref:
+      np.testing.assert_allclose(value, ref[name], atol=2e-6, rtol=1e-4, err_msg=name)
+  assert int(new_state.step) == 1
+
+
+def test_per_source_losses_are_segment_means():
+  loss = jnp.array([[1.0, 3.0], [2.0, 2.0], [5.0, 7.0]])
+  mask = jnp.array([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0]])
+  loss_S, tokens_S = step_lib.per_source_sums(loss * mask, mask, jnp.array([2, 0, 2]), 3)
+  np.testing.assert_allclose(loss_S, [2.0, 0.0, 16.0])
+  np.testing.assert_allclose(tokens_S, [1.0, 0.0, 4.0])
+
+
+def test_gradient_accumulation_equals_the_full_batch():
+  c = small_run_config()
+  run1 = runconfig.build(c)
+  c.optim.grad_accum_steps = 4
+  run4 = runconfig.build(c)
+  params = init_params(run1.model_config, jax.random.PRNGKey(1))
+  batch = {k: jnp.asarray(v) for k, v in _fixed_batch(np.random.default_rng(1), 8, 32, 257, 16).items()}
+  l1, g1, s1, t1 = step_lib.loss_and_grads(run1.step_config, params, batch)
+  l4, g4, s4, t4 = step_lib.loss_and_grads(run4.step_config, params, batch)
+  np.testing.assert_allclose(l1, l4, rtol=1e-6)
+  np.testing.assert_allclose(s1, s4, rtol=1e-5)
+  np.testing.assert_array_equal(t1, t4)
+  for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g4)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
+
+
+def test_non_finite_steps_change_nothing_and_halt_after_the_limit():
+  c = small_run_config()
+  c.train.max_nonfinite_steps = 3
+  run = runconfig.build(c)
+  state = jax.jit(lambda: train.init_state(run, train._keys(0)))()
+  # An infinite LayerNorm scale makes the loss NaN: the step must leave params and moments alone.
+  params = jax.tree_util.tree_map_with_path(
+      lambda p, x: jnp.full_like(x, jnp.inf) if "ln_f" in jax.tree_util.keystr(p) else x,
+      state.params)
+  state = state.replace(params=params)
+  batch = {k: jnp.asarray(v) for k, v in _fixed_batch(np.random.default_rng(2), 4, 32, 257, 16).items()}
+  step_fn = jax.jit(lambda s, b: step_lib.train_step(run.step_config, s, b))
+  before = jax.device_get(state)
+  halted = []
+  for _ in range(4):
+    state, m = step_fn(state, batch)
+    assert not bool(m["finite"])
+    halted.append(int(m["halted_at"]))
+  after = jax.device_get(state)
+  for a, b in zip(jax.tree.leaves(before.params) + jax.tree.leaves(before.opt_state),
+                  jax.tree.leaves(after.params) + jax.tree.leaves(after.opt_state)):
+    np.testing.assert_array_equal(a, b)
+  assert int(after.step) == 4
+  assert halted == [-1, -1, 0, 0]   # the third bad step in a row reaches the limit; the streak began at 0
+
+
+def test_invalid_config_is_rejected_before_anything_runs(tmp_path):
+  c = small_run_config()
+  c.curriculum.geometries.v3_polish.floors.hermes3_general = 0.8
+  c.curriculum.geometries.v3_polish.floors.chat = 0.3
+  with pytest.raises(ValueError, match="floors sum to 1.1"):
+    train.train_and_evaluate(c, str(tmp_path / "run"))
+  assert not (tmp_path / "run").exists()
+  c = small_run_config()
+  c.data.seq_len = 128
+  with pytest.raises(ValueError, match="data.seq_len = 128 exceeds model.max_len = 64"):
+    runconfig.build(c)
+
+
+@pytest.mark.slow
+def test_training_lowers_the_loss_and_writes_its_outputs(tmp_path, data_cache):
+  c = small_run_config(num_steps=60)
+  c.eval.every = 30
+  c.train.plot = True
+  summary = train.train_and_evaluate(c, str(tmp_path))
+  records = logs.read_jsonl(str(tmp_path / "metrics.jsonl"))
+  train_losses = [r["loss"] for r in records if "loss" in r]
+  evals = [r for r in records if "eval/mean_loss" in r]
+  assert train_losses[0] > 4.5                    # near ln(257) = 5.55 at the start
+  assert train_losses[-1] < train_losses[0] - 1.5  # and clearly lower after 60 steps
+  assert [e["step"] for e in evals] == [30, 60]
+  assert evals[-1]["eval/mean_loss"] < evals[0]["eval/mean_loss"]
+  # Every step's weights respect its regime: only warmup sources before the firehose, polish after.
+  for r in records:
+    if "loss" not in r:
+      continue
+    w = {k[len("weight/"):]: v for k, v in r.items() if k.startswith("weight/")}
+    assert abs(sum(w.values()) - 1) < 1e-5
+    if r["step"] < c.curriculum.geometries.v2_firehose.start_step:
+      assert w["dictionary"] == 0 and w["repo-docs"] == 0 and w["extra-01"] == 0
+    if r["step"] >= c.curriculum.geometries.v3_polish.start_step:
+      assert w["repo-docs"] == 0 and w["repo-docstrings"] == 0
+      assert w["hermes3-general"] >= 0.7 - 1e-6 and w["dictionary"] <= 0.25 + 1e-6
+  for name in ("summary.png", "samples.txt", "config.json", "throughput.jsonl"):
+    assert (tmp_path / name).exists(), name
+  assert summary["end_step"] == 60
+  assert sorted(os.listdir(tmp_path / "checkpoints"))[-1] == "60"
+
+
+def _overrides(c):
+  """The command-line flags that turn experiments/tiny.py into ``c`` (for a subprocess)."""
+  flat = {}
+  for section in ("model", "data", "train", "eval", "optim", "cliff"):
+    for k, v in c[section].items():
+      if not hasattr(v, "items"):
+        flat[f"{section}.{k}"] = v
+  for g in ("v2_firehose", "v3_polish"):
+    flat[f"curriculum.geometries.{g}.start_step"] = c.curriculum.geometries[g].start_step
+  out = []
+  for k, v in flat.items():
+    if isinstance(v, (tuple, list)):
+      v = "(" + ",".join(repr(x) for x in v) + ",)"
+    out.append(f"--config.{k}={v}")
+  return out
+
+
+@pytest.mark.slow
+def test_sigterm_then_resume_reproduces_the_uninterrupted_run(tmp_path, data_cache):
+  c = small_run_config(num_steps=40)
+  reference = tmp_path / "reference"
+  train.train_and_evaluate(c, str(reference))
+
+  workdir = tmp_path / "interrupted"
+  cmd = [sys.executable, "-m", "andrea_jax.main", f"--config={REPO / 'experiments' / 'tiny.py'}",
+         f"--workdir={workdir}", *_overrides(c)]
+  env = dict(os.environ, PYTHONUNBUFFERED="1")
+  proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+  deadline = time.time() + 300
+  # Wait until the first checkpoint (step 10) is committed, then send a real SIGTERM mid-run.
+  while not (workdir / "checkpoints" / "10" / ckpt_lib.SEAL).exists():
+    assert proc.poll() is None, proc.stdout.read().decode()
+    assert time.time() < deadline
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGTERM)
+  out = proc.communicate(timeout=300)[0].decode()
+  assert proc.returncode == 0, out
+  assert "checkpointing and exiting" in out, out
+  stopped_at = max(int(s) for s in os.listdir(workdir / "checkpoints") if s.isdigit())
+  assert 10 <= stopped_at < 40, out
+
+  out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stdout + out.stderr
+  assert f"resuming from step {stopped_at}" in out.stdout
+  assert (workdir / "metrics.jsonl").read_text() == (reference / "metrics.jsonl").read_text()
+
+
+def test_a_checkpoint_from_another_configuration_is_refused(tmp_path, data_cache):
+  c = small_run_config(num_steps=10)
+  c.eval.sample_tokens = 0
+  train.train_and_evaluate(c, str(tmp_path))
+  c.model.d_model = 64
+  with pytest.raises(ckpt_lib.CheckpointError, match=r"has shape .* in the checkpoint but"):
+    train.train_and_evaluate(c, str(tmp_path))
