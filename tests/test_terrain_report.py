@@ -23,11 +23,15 @@ def _quadratic():
   return (lambda p: 0.5 * p["kernel"].reshape(-1) @ A_j @ p["kernel"].reshape(-1)), params, A, lam
 
 
-def test_basin_report_numbers_are_the_known_ones_and_strict_json():
+def test_basin_report_numbers_are_the_known_ones_and_the_files_are_written(tmp_path):
   loss_fn, params, A, lam = _quadratic()
-  rep = terrain.basin_report(loss_fn, params, jax.random.key(0), sigmas=[0.1, 0.5], num_samples=4,
-                             hessian_k=2, hessian_iters=6, trace_samples=3, slice_points=5)
-  json.dumps(rep, allow_nan=False)
+  out = tmp_path / "basin" / "step_100"
+  rep = terrain.write_basin_report(loss_fn, params, jax.random.key(0), out, title="step 100",
+                                   sigmas=[0.1, 0.5], num_samples=4, hessian_k=2, hessian_iters=6,
+                                   trace_samples=3, slice_points=5)
+  assert json.loads((out / "basin.json").read_text()) == rep
+  for name in ("slice_1d.png", "slice_2d.png", "sharpness.png"):
+    assert (out / name).read_bytes()[:8] == _PNG
   w = np.asarray(params["kernel"], np.float64).reshape(-1)
   assert rep["num_params"] == 6
   np.testing.assert_allclose(rep["loss"], 0.5 * w @ A @ w, rtol=1e-5)
@@ -48,7 +52,9 @@ def test_basin_report_numbers_are_the_known_ones_and_strict_json():
 
 
 def test_diverged_points_become_null_and_the_report_can_skip_the_hessian():
-  loss_fn = lambda p: jnp.where(jnp.max(jnp.abs(p["k"])) > 5.0, jnp.inf, jnp.sum(p["k"] ** 2))  # noqa
+  def loss_fn(p):
+    return jnp.where(jnp.max(jnp.abs(p["k"])) > 5.0, jnp.inf, jnp.sum(p["k"] ** 2))
+
   params = {"k": jnp.ones((2, 2))}
   rep = terrain.basin_report(loss_fn, params, jax.random.key(1), sigmas=[0.1, 50.0], num_samples=2,
                              hessian_k=0, trace_samples=0, slice_points=3, slice_range=100.0)
@@ -56,17 +62,6 @@ def test_diverged_points_become_null_and_the_report_can_skip_the_hessian():
   assert rep["sharpness"]["mean_increase"][1] is None
   assert rep["slice_1d"]["losses"][0] is None and rep["slice_1d"]["losses"][1] == 4.0
   json.dumps(rep, allow_nan=False)
-
-
-def test_write_basin_report_writes_json_and_pngs(tmp_path):
-  loss_fn, params, _, _ = _quadratic()
-  out = tmp_path / "basin" / "step_100"
-  rep = terrain.write_basin_report(loss_fn, params, jax.random.key(2), out, title="step 100",
-                                   sigmas=[0.2], num_samples=2, hessian_k=1, hessian_iters=4,
-                                   trace_samples=2, slice_points=5)
-  assert json.loads((out / "basin.json").read_text()) == rep
-  for name in ("slice_1d.png", "slice_2d.png", "sharpness.png"):
-    assert (out / name).read_bytes()[:8] == _PNG
 
 
 def test_basin_report_rejects_bad_settings():
@@ -81,7 +76,8 @@ def test_basin_report_rejects_bad_settings():
 
 def test_plots_return_figures_and_check_shapes(tmp_path):
   a = np.linspace(-1, 1, 7)
-  fig = terrain.plot_slice_1d(a, {"v1": a ** 2, "v2": 2 * a ** 2}, path=tmp_path / "c.png", title="t")
+  fig = terrain.plot_slice_1d(a, {"v1": a ** 2, "v2": 2 * a ** 2}, path=tmp_path / "c.png",
+                              title="t")
   assert isinstance(fig, Figure) and len(fig.axes[0].lines) == 3  # two curves + the centre line
   assert (tmp_path / "c.png").read_bytes()[:8] == _PNG
   z = a[:, None] ** 2 + 3 * np.linspace(-2, 2, 5)[None, :] ** 2

@@ -4,11 +4,13 @@ Every function takes a ``loss_fn(params) -> scalar`` and a parameter pytree, not
 trainer, so it works on any model (close ``loss_fn`` over a fixed evaluation batch).
 
 * :mod:`~andrea_jax.terrain.directions` -- filter-normalised random directions (Li et al. 2018).
-* :mod:`~andrea_jax.terrain.sharpness` -- loss increase under random perturbations of relative size sigma.
+* :mod:`~andrea_jax.terrain.sharpness` -- loss increase under random perturbations of relative size
+  sigma.
 * :mod:`~andrea_jax.terrain.hessian` -- Hessian-vector products, top eigenvalues (Lanczos), trace.
 * :mod:`~andrea_jax.terrain.slices` -- 1-D and 2-D slices of the loss.
 * :mod:`~andrea_jax.terrain.plots` -- their figures.
-* :mod:`~andrea_jax.terrain.report` -- all of it as one JSON-serialisable dict, or written to a directory.
+* :mod:`~andrea_jax.terrain.report` -- all of it as one JSON-serialisable dict, or written to a
+  directory.
 """
 
 from andrea_jax.terrain.directions import perturb, perturb_2d, random_direction, tree_norm

@@ -1,17 +1,18 @@
 """Filter-normalised random directions in weight space (Li et al. 2018) and moves along them.
 
-A loss terrain around weights ``w`` is probed along directions ``d`` (pytrees shaped like ``w``). A raw
-Gaussian direction is meaningless across layers whose weights have different scales, so Li et al.,
-"Visualizing the Loss Landscape of Neural Nets" (NeurIPS 2018), rescale each *filter* of ``d`` to the norm
-of the matching filter of ``w``: a step of ``alpha * d`` then moves every filter by ``alpha`` times its own
-size, and a "relative size" ``sigma`` means the same thing in every layer.
+A loss terrain around weights ``w`` is probed along directions ``d`` (pytrees shaped like ``w``). A
+raw Gaussian direction is meaningless across layers whose weights have different scales, so Li et
+al., "Visualizing the Loss Landscape of Neural Nets" (NeurIPS 2018), rescale each *filter* of ``d``
+to the norm of the matching filter of ``w``: a step of ``alpha * d`` then moves every filter by
+``alpha`` times its own size, and a "relative size" ``sigma`` means the same thing in every layer.
 
-What a filter is here: for a leaf with ``ndim >= 2`` the **last axis indexes the filters** and a filter is
-everything else, ``leaf[..., j]``. For a Flax ``Dense`` kernel ``[in, out]`` that is one output unit (the
-column feeding unit ``j``); for a ``Conv`` kernel ``[h, w, in, out]`` one output channel; for an embedding
-table ``[vocab, d_model]`` one embedding coordinate. Leaves with ``ndim <= 1`` (biases, LayerNorm scales,
-scalars) are zeroed when ``ignore_1d`` (Li et al.'s ``ignore='biasbn'``), otherwise treated as a single
-filter: the whole vector is rescaled to the vector's norm. Non-float leaves get a zero direction.
+What a filter is here: for a leaf with ``ndim >= 2`` the **last axis indexes the filters** and a
+filter is everything else, ``leaf[..., j]``. For a Flax ``Dense`` kernel ``[in, out]`` that is one
+output unit (the column feeding unit ``j``); for a ``Conv`` kernel ``[h, w, in, out]`` one output
+channel; for an embedding table ``[vocab, d_model]`` one embedding coordinate. Leaves with
+``ndim <= 1`` (biases, LayerNorm scales, scalars) are zeroed when ``ignore_1d`` (Li et al.'s
+``ignore='biasbn'``), otherwise treated as a single filter: the whole vector is rescaled to the
+vector's norm. Non-float leaves get a zero direction.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ def _included(leaf: jax.Array, ignore_1d: bool) -> bool:
 
 
 def _filter_normalise(d: jax.Array, w: jax.Array) -> jax.Array:
-  """Rescales each filter ``d[..., j]`` to ``||w[..., j]||`` (whole leaf as one filter if ndim <= 1)."""
+  """Rescales each filter ``d[..., j]`` to ``||w[..., j]||`` (whole leaf as one filter if ndim <=
+  1)."""
   cdt = jnp.promote_types(w.dtype, jnp.float32)
   d32, w32 = d.astype(cdt), w.astype(cdt)
   axes = tuple(range(d.ndim - 1)) if d.ndim >= 2 else None
@@ -52,11 +54,12 @@ def random_direction(key: jax.Array, params: PyTree, *, filter_norm: bool = True
 
   * ``filter_norm=True``: ``d[..., j] = g[..., j] * ||w[..., j]|| / ||g[..., j]||`` for every filter
     ``j`` of every included leaf (see the module docstring for what a filter is);
-  * ``filter_norm=False``: ``d = g * ||w|| / ||g||`` with both norms over all included leaves together,
-    i.e. a uniformly random direction on the sphere of radius ``||w||``.
+  * ``filter_norm=False``: ``d = g * ||w|| / ||g||`` with both norms over all included leaves
+    together, i.e. a uniformly random direction on the sphere of radius ``||w||``.
 
-  Leaves with ``ndim <= 1`` are zero when ``ignore_1d`` (and then also left out of ``||w||``); non-float
-  leaves are always zero. Each leaf draws from its own ``jax.random.fold_in(key, leaf_index)``.
+  Leaves with ``ndim <= 1`` are zero when ``ignore_1d`` (and then also left out of ``||w||``);
+  non-float leaves are always zero. Each leaf draws from its own ``jax.random.fold_in(key,
+  leaf_index)``.
 
   Args:
     key: PRNG key.
@@ -115,6 +118,6 @@ def perturb_2d(params: PyTree, dir_x: PyTree, dir_y: PyTree, alpha: jax.Array | 
 
 def tree_norm(tree: PyTree) -> jax.Array:
   """Euclidean norm of all float leaves of a pytree together, computed in at least float32."""
-  sq = [jnp.sum(jnp.square(jnp.asarray(x).astype(jnp.promote_types(jnp.result_type(x), jnp.float32))))
-        for x in jax.tree_util.tree_leaves(tree) if _is_float(x)]
+  leaves = [jnp.asarray(x) for x in jax.tree_util.tree_leaves(tree) if _is_float(x)]
+  sq = [jnp.sum(jnp.square(x.astype(jnp.promote_types(x.dtype, jnp.float32)))) for x in leaves]
   return jnp.sqrt(sum(sq, jnp.float32(0)))

@@ -4,8 +4,9 @@ The Hessian of a 120M-parameter model is never formed. Everything here goes thro
 ``hvp(v) = H v = d/dt grad L(w + t v) |_{t=0}``, computed forward-over-reverse (``jax.jvp`` of
 ``jax.grad``): one HVP costs about two gradient evaluations and the memory of one.
 
-The top eigenvalue ``lambda_max`` is the curvature of the sharpest direction; a wide basin has a small
-one (a step of size ``> 2 / lambda_max`` along that direction is unstable for plain gradient descent).
+The top eigenvalue ``lambda_max`` is the curvature of the sharpest direction; a wide basin has a
+small one (a step of size ``> 2 / lambda_max`` along that direction is unstable for plain gradient
+descent).
 """
 
 from __future__ import annotations
@@ -43,21 +44,25 @@ def _orthogonalise(V_mxn: jax.Array, x_n: jax.Array) -> jax.Array:
   return x_n - V_mxn.T @ (V_mxn @ x_n)
 
 
-def _lanczos(matvec: Callable[[jax.Array], jax.Array], v0_n: jax.Array, num_iters: int,
-             key: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+def _lanczos(matvec: Callable[[jax.Array], jax.Array], v0_n: jax.Array,
+             num_iters: int) -> tuple[jax.Array, jax.Array, jax.Array]:
   """``num_iters`` Lanczos steps with full reorthogonalisation.
 
-  Returns ``(alpha_m, beta_m, V_mxn)``: the tridiagonal ``T = diag(alpha) + offdiag(beta[:-1])`` and the
-  orthonormal Lanczos basis, with ``V A V^T ~= T``. On breakdown (an invariant subspace is exhausted,
-  ``beta ~ 0``: e.g. a zero or low-rank Hessian) the iteration restarts from a fresh random vector
-  orthogonal to the basis and records ``beta = 0``, so ``T`` stays exact instead of dividing by zero.
+  Returns ``(alpha_m, beta_m, V_mxn)``: the tridiagonal ``T = diag(alpha) + offdiag(beta[:-1])`` and
+  the orthonormal Lanczos basis, with ``V A V^T ~= T``. On breakdown (an invariant subspace is
+  exhausted, ``beta ~ 0``: e.g. a zero or low-rank Hessian) the iteration restarts from a vector
+  orthogonal to the basis and records ``beta = 0``, so ``T`` stays exact instead of dividing by
+  zero. The restart vector is the coordinate vector ``e_i`` least covered by the basis,
+  orthogonalised: with ``j < n`` orthonormal rows, ``sum_i |V[:, i]|^2 = j``, so some ``e_i`` keeps
+  at least ``1 - j/n`` of its norm squared.
   """
   n = v0_n.shape[0]
   dtype = v0_n.dtype
   tol = 10 * jnp.finfo(dtype).eps
 
-  def restart(j: jax.Array, V_mxn: jax.Array) -> jax.Array:
-    r_n = _orthogonalise(V_mxn, jax.random.normal(jax.random.fold_in(key, j), (n,), dtype))
+  def restart(V_mxn: jax.Array) -> jax.Array:
+    i = jnp.argmin(jnp.sum(V_mxn * V_mxn, axis=0))
+    r_n = _orthogonalise(V_mxn, jnp.zeros((n,), dtype).at[i].set(1))
     r_norm = jnp.linalg.norm(r_n)  # 0 only once the basis spans R^n, after the last step
     return r_n / jnp.where(r_norm > 0, r_norm, 1)
 
@@ -71,7 +76,7 @@ def _lanczos(matvec: Callable[[jax.Array], jax.Array], v0_n: jax.Array, num_iter
     b = jnp.linalg.norm(w_n)
     scale = jnp.maximum(scale, jnp.maximum(jnp.abs(a), b))
     broke = b <= tol * scale
-    v_next = jax.lax.cond(broke, lambda: restart(j, V_mxn), lambda: w_n / jnp.where(broke, 1, b))
+    v_next = jax.lax.cond(broke, lambda: restart(V_mxn), lambda: w_n / jnp.where(broke, 1, b))
     alpha_m = alpha_m.at[j].set(a)
     beta_m = beta_m.at[j].set(jnp.where(broke, 0, b))
     return V_mxn, alpha_m, beta_m, v_next, scale
@@ -87,26 +92,26 @@ def hessian_top_eigenvalues(loss_fn: Callable[[PyTree], jax.Array], params: PyTr
                             ) -> jax.Array | tuple[jax.Array, PyTree]:
   """The ``k`` algebraically largest Hessian eigenvalues at ``w``, by Lanczos on HVPs.
 
-  Runs ``m = min(num_iters, n)`` Lanczos steps (``m`` HVPs, ``n`` = number of parameters) from a random
-  start vector, with full reorthogonalisation, then returns the top ``k`` Ritz values of the ``m x m``
-  tridiagonal matrix. Extreme eigenvalues converge first: ``m`` of 20-50 usually pins ``lambda_max`` to
-  several digits; with ``m = n`` the result is exact up to rounding. Memory: the Lanczos basis holds
-  ``m * n`` numbers (30 x 120M float32 = 14 GB), on top of one HVP. Precision is that of ``params``
-  (cast them to float32 first if they are bfloat16). Traceable; jit it with ``loss_fn`` and the ints
-  bound.
+  Runs ``m = min(num_iters, n)`` Lanczos steps (``m`` HVPs, ``n`` = number of parameters) from a
+  random start vector, with full reorthogonalisation, then returns the top ``k`` Ritz values of the
+  ``m x m`` tridiagonal matrix. Extreme eigenvalues converge first: ``m`` of 20-50 usually pins
+  ``lambda_max`` to several digits; with ``m = n`` the result is exact up to rounding. Memory: the
+  Lanczos basis holds ``m * n`` numbers (30 x 120M float32 = 14 GB), on top of one HVP. Precision is
+  that of ``params`` (cast them to float32 first if they are bfloat16). Traceable; jit it with
+  ``loss_fn`` and the ints bound.
 
   Args:
     loss_fn: ``params -> scalar`` loss (close over the batch).
     params: the point ``w``.
-    key: PRNG key for the start vector (and restarts after a breakdown).
+    key: PRNG key for the start vector.
     k: how many eigenvalues, ``1 <= k <= m``.
     num_iters: Lanczos steps (HVPs).
     return_vectors: also return the Ritz vectors.
 
   Returns:
-    ``eigenvalues_k`` in descending order, or ``(eigenvalues_k, vectors)`` where ``vectors`` is a pytree
-    like ``params`` with a leading axis of size ``k`` (unit norm over all leaves together; the sign is
-    arbitrary).
+    ``eigenvalues_k`` in descending order, or ``(eigenvalues_k, vectors)`` where ``vectors`` is a
+    pytree like ``params`` with a leading axis of size ``k`` (unit norm over all leaves together;
+    the sign is arbitrary).
 
   Example:
     >>> lam = hessian_top_eigenvalues(loss_fn, params, jax.random.key(0), k=3, num_iters=40)
@@ -123,9 +128,8 @@ def hessian_top_eigenvalues(loss_fn: Callable[[PyTree], jax.Array], params: PyTr
   def matvec(v_n: jax.Array) -> jax.Array:
     return ravel_pytree(hvp(loss_fn, params, unravel(v_n)))[0].astype(flat_n.dtype)
 
-  start_key, restart_key = jax.random.split(key)
-  v0_n = jax.random.normal(start_key, (n,), flat_n.dtype)
-  alpha_m, beta_m, V_mxn = _lanczos(matvec, v0_n, m, restart_key)
+  v0_n = jax.random.normal(key, (n,), flat_n.dtype)
+  alpha_m, beta_m, V_mxn = _lanczos(matvec, v0_n, m)
   off = beta_m[:-1]
   T_mxm = jnp.diag(alpha_m) + jnp.diag(off, 1) + jnp.diag(off, -1)
   theta_m, Y_mxm = jnp.linalg.eigh(T_mxm)  # ascending
@@ -137,17 +141,19 @@ def hessian_top_eigenvalues(loss_fn: Callable[[PyTree], jax.Array], params: PyTr
 
 
 def hessian_trace(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, key: jax.Array,
-                  num_samples: int, *, batch_size: int | None = None) -> tuple[jax.Array, jax.Array]:
+                  num_samples: int, *,
+                  batch_size: int | None = None) -> tuple[jax.Array, jax.Array]:
   """Hutchinson estimate of ``trace(H)``: the mean of ``z^T H z`` over Rademacher vectors ``z``.
 
   ``E[z^T H z] = trace(H)`` because ``E[z z^T] = I``; the variance of one sample is
-  ``2 * sum_{i != j} H_ij^2`` (zero for a diagonal Hessian). ``trace(H) / n`` is the mean curvature, the
-  isotropic counterpart of :func:`hessian_top_eigenvalues`. Sample ``s`` draws ``z`` leaf by leaf from
-  ``fold_in(fold_in(key, s), leaf_index)``; ``batch_size`` as in
+  ``2 * sum_{i != j} H_ij^2`` (zero for a diagonal Hessian). ``trace(H) / n`` is the mean
+  curvature, the isotropic counterpart of :func:`hessian_top_eigenvalues`. Sample ``s`` draws ``z``
+  leaf by leaf from ``fold_in(fold_in(key, s), leaf_index)``; ``batch_size`` as in
   :func:`andrea_jax.terrain.sharpness.perturbation_sharpness`.
 
   Returns:
-    ``(estimate, standard_error)``, both scalars (the standard error is 0 when ``num_samples == 1``).
+    ``(estimate, standard_error)``, both scalars (the standard error is 0 when
+    ``num_samples == 1``).
 
   Example:
     >>> tr, se = hessian_trace(loss_fn, params, jax.random.key(0), num_samples=16)
@@ -171,5 +177,8 @@ def hessian_trace(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, key: j
     q_S = jax.vmap(quad_form)(keys_S)
   else:
     q_S = jax.lax.map(quad_form, keys_S, batch_size=batch_size)
-  stderr = jnp.std(q_S, ddof=1) / jnp.sqrt(num_samples) if num_samples > 1 else jnp.zeros_like(q_S[0])
+  if num_samples > 1:
+    stderr = jnp.std(q_S, ddof=1) / jnp.sqrt(num_samples)
+  else:
+    stderr = jnp.zeros_like(q_S[0])
   return jnp.mean(q_S), stderr

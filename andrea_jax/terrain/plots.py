@@ -1,8 +1,8 @@
-"""Figures of the terrain: a 1-D slice as a curve, a 2-D slice as a contour map, the sharpness curve.
+"""Figures of the terrain: a 1-D slice as a curve, a 2-D slice as a contour map, sharpness.
 
-Figures are built with ``matplotlib.figure.Figure`` directly, never through ``pyplot``: no global figure
-registry, no backend switch in the caller's process, PNGs rendered by Agg. In a notebook the returned
-Figure displays itself.
+Figures are built with ``matplotlib.figure.Figure`` directly, never through ``pyplot``: no global
+figure registry, no backend switch in the caller's process, PNGs rendered by Agg. In a notebook the
+returned Figure displays itself.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ def plot_slice_1d(alphas: ArrayLike, losses: ArrayLike | Mapping[str, ArrayLike]
 
   Args:
     alphas: ``[A]`` coordinates.
-    losses: ``[A]`` losses, or ``{label: [A] losses}`` to overlay several curves (checkpoints, runs).
+    losses: ``[A]`` losses, or ``{label: [A] losses}`` to overlay several curves (checkpoints,
+      runs).
     path: where to save a PNG (optional).
     title: figure title.
     xlabel: horizontal axis label.

@@ -1,8 +1,9 @@
 """One call that measures the basin around ``w`` and returns (or writes) every number and figure.
 
-:func:`basin_report` gathers the perturbation-sharpness curve, the top Hessian eigenvalues, the Hessian
-trace and a 1-D and a 2-D slice into one JSON-serialisable dict; :func:`write_basin_report` also writes
-``basin.json``, ``slice_1d.png``, ``slice_2d.png`` and ``sharpness.png`` into a directory.
+:func:`basin_report` gathers the perturbation-sharpness curve, the top Hessian eigenvalues, the
+Hessian trace and a 1-D and a 2-D slice into one JSON-serialisable dict; :func:`write_basin_report`
+also writes ``basin.json``, ``slice_1d.png``, ``slice_2d.png`` and ``sharpness.png`` into a
+directory.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from andrea_jax.terrain.slices import loss_slice_1d, loss_slice_2d
 
 PyTree = Any
 
-# Sub-streams of the report's key, one per measurement, so that dropping one leaves the others unchanged.
+# Sub-streams of the report's key, one per measurement, so that dropping one leaves the others
+# unchanged.
 _SHARPNESS, _HESSIAN, _TRACE, _DIR_X, _DIR_Y = range(5)
 
 
@@ -54,12 +56,13 @@ def basin_report(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, key: ja
   Measurements (each jitted once, ``params`` passed as an argument, never baked in as a constant):
 
   * ``sharpness``: :func:`perturbation_sharpness` over ``sigmas`` with ``num_samples`` directions;
-  * ``hessian``: the ``hessian_k`` top eigenvalues (:func:`hessian_top_eigenvalues`, ``hessian_iters``
-    Lanczos steps; skipped when ``hessian_k == 0``) and the Hutchinson trace with ``trace_samples``
-    Rademacher vectors (skipped when 0), with ``trace / num_params`` as the mean curvature;
+  * ``hessian``: the ``hessian_k`` top eigenvalues (:func:`hessian_top_eigenvalues`,
+    ``hessian_iters`` Lanczos steps; skipped when ``hessian_k == 0``) and the Hutchinson trace with
+    ``trace_samples`` Rademacher vectors (skipped when 0), with ``trace / num_params`` as the mean
+    curvature;
   * ``slice_1d``: ``L(w + alpha d_x)`` and ``slice_2d``: ``L(w + alpha d_x + beta d_y)`` on
-    ``slice_points`` evenly spaced coordinates in ``[-slice_range, slice_range]``; ``d_x``, ``d_y`` are
-    random directions, so the 1-D slice is the ``beta = 0`` line of the 2-D one.
+    ``slice_points`` evenly spaced coordinates in ``[-slice_range, slice_range]``; ``d_x``, ``d_y``
+    are random directions, so the 1-D slice is the ``beta = 0`` line of the 2-D one.
 
   Non-finite numbers (a perturbation that diverged) appear as ``None``.
 
@@ -149,7 +152,8 @@ def write_basin_report(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, k
                        **kw: Any) -> dict[str, Any]:
   """:func:`basin_report`, written to ``out_dir`` as ``basin.json`` plus three PNG figures.
 
-  Files: ``basin.json`` (the dict, strict JSON), ``slice_1d.png``, ``slice_2d.png``, ``sharpness.png``.
+  Files: ``basin.json`` (the dict, strict JSON), ``slice_1d.png``, ``slice_2d.png``,
+  ``sharpness.png``.
   The directory is created if needed; existing files of these names are replaced.
 
   Args:
@@ -171,8 +175,8 @@ def write_basin_report(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, k
     json.dump(report, f, indent=1, allow_nan=False)
   prefix = f"{title}: " if title else ""
   s1, s2, sh = report["slice_1d"], report["slice_2d"], report["sharpness"]
-  plot_slice_1d(s1["alphas"], _nan_for_none(s1["losses"]), path=os.path.join(out_dir, "slice_1d.png"),
-                title=f"{prefix}1-D slice")
+  plot_slice_1d(s1["alphas"], _nan_for_none(s1["losses"]),
+                path=os.path.join(out_dir, "slice_1d.png"), title=f"{prefix}1-D slice")
   plot_slice_2d(s2["alphas"], s2["betas"], _nan_for_none(s2["losses"]),
                 path=os.path.join(out_dir, "slice_2d.png"), title=f"{prefix}2-D slice")
   plot_sharpness(sh["sigmas"], _nan_for_none(sh["mean_increase"]),

@@ -1,9 +1,10 @@
-"""Perturbation sharpness: how much the loss rises under random weight perturbations of a given size.
+"""Perturbation sharpness: how much the loss rises under random weight perturbations of a size.
 
-A wide basin (many nearby weights with low loss; the PAC-Bayes reading of generalisation) shows a small
-rise, a narrow one a large rise. The perturbation is ``sigma * d`` with ``d`` a filter-normalised random
-direction (:func:`andrea_jax.terrain.directions.random_direction`), so ``sigma`` is a size relative to the
-weights themselves: ``sigma = 0.1`` moves every filter by 10% of its norm.
+A wide basin (many nearby weights with low loss; the PAC-Bayes reading of generalisation) shows a
+small rise, a narrow one a large rise. The perturbation is ``sigma * d`` with ``d`` a
+filter-normalised random direction (:func:`andrea_jax.terrain.directions.random_direction`), so
+``sigma`` is a size relative to the weights themselves: ``sigma = 0.1`` moves every filter by 10% of
+its norm.
 """
 
 from __future__ import annotations
@@ -44,16 +45,16 @@ def perturbation_sharpness(loss_fn: Callable[[PyTree], jax.Array], params: PyTre
                            batch_size: int | None = None) -> Sharpness:
   """Mean and spread of the loss increase ``L(w + sigma d) - L(w)`` over random directions ``d``.
 
-  Sample ``n`` uses the direction ``random_direction(jax.random.fold_in(key, n), params, ...)``; the same
-  ``N`` directions serve every ``sigma`` (common random numbers, so the curve over ``sigma`` is smooth).
-  Without filter normalisation and for a quadratic ``L(w) = w^T A w / 2`` in ``R^n`` the expectation is
-  ``sigma^2 ||w||^2 trace(A) / (2 n)``; in general, for small ``sigma``, it is ``sigma^2 / 2`` times the
-  curvature averaged over the direction distribution.
+  Sample ``n`` uses the direction ``random_direction(jax.random.fold_in(key, n), params, ...)``; the
+  same ``N`` directions serve every ``sigma`` (common random numbers, so the curve over ``sigma`` is
+  smooth). Without filter normalisation and for a quadratic ``L(w) = w^T A w / 2`` in ``R^n`` the
+  expectation is ``sigma^2 ||w||^2 trace(A) / (2 n)``; in general, for small ``sigma``, it is
+  ``sigma^2 / 2`` times the curvature averaged over the direction distribution.
 
-  Memory: ``batch_size=None`` vmaps over all ``N`` samples at once (``N`` copies of the weights and ``N``
-  forward passes in flight); an int ``b`` evaluates ``b`` samples at a time with ``jax.lax.map``. The
-  sizes are always evaluated one after the other. Traceable: wrap the call in ``jax.jit`` (with
-  ``loss_fn``, ``num_samples`` and the flags bound) for speed.
+  Memory: ``batch_size=None`` vmaps over all ``N`` samples at once (``N`` copies of the weights and
+  ``N`` forward passes in flight); an int ``b`` evaluates ``b`` samples at a time with
+  ``jax.lax.map``. The sizes are always evaluated one after the other. Traceable: wrap the call in
+  ``jax.jit`` (with ``loss_fn``, ``num_samples`` and the flags bound) for speed.
 
   Args:
     loss_fn: ``params -> scalar`` loss (close over the batch).

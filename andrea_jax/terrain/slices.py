@@ -1,8 +1,9 @@
 """1-D and 2-D slices of the loss terrain around ``w`` along given directions (Li et al. 2018).
 
-``L(w + alpha d)`` over a line and ``L(w + alpha d_x + beta d_y)`` over a plane. With filter-normalised
-random directions (:func:`andrea_jax.terrain.directions.random_direction`) ``alpha = 1`` moves every
-filter by its own norm, so slices of different models or checkpoints share a scale.
+``L(w + alpha d)`` over a line and ``L(w + alpha d_x + beta d_y)`` over a plane. With
+filter-normalised random directions (:func:`andrea_jax.terrain.directions.random_direction`),
+``alpha = 1`` moves every filter by its own norm, so slices of different models or checkpoints share
+a scale.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ def _coords(name: str, x: Any) -> jax.Array:
 
 
 def loss_slice_1d(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, direction: PyTree,
-                  alphas: Sequence[float] | jax.Array, *, batch_size: int | None = None) -> jax.Array:
+                  alphas: Sequence[float] | jax.Array, *,
+                  batch_size: int | None = None) -> jax.Array:
   """``loss_A[i] = L(w + alphas[i] * d)``.
 
   Args:
@@ -42,8 +44,8 @@ def loss_slice_1d(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, direct
     params: the centre ``w``.
     direction: ``d``, a pytree like ``params``.
     alphas: ``[A]`` coordinates along ``d``.
-    batch_size: points evaluated together; ``None`` vmaps over all ``A`` (``A`` copies of the weights in
-      memory), an int uses ``jax.lax.map`` in chunks of that size.
+    batch_size: points evaluated together; ``None`` vmaps over all ``A`` (``A`` copies of the
+      weights in memory), an int uses ``jax.lax.map`` in chunks of that size.
 
   Returns:
     ``[A]`` losses.
@@ -58,11 +60,13 @@ def loss_slice_1d(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, direct
 
 def loss_slice_2d(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, dir_x: PyTree,
                   dir_y: PyTree, alphas: Sequence[float] | jax.Array,
-                  betas: Sequence[float] | jax.Array, *, batch_size: int | None = None) -> jax.Array:
+                  betas: Sequence[float] | jax.Array, *,
+                  batch_size: int | None = None) -> jax.Array:
   """``loss_AxB[i, j] = L(w + alphas[i] * d_x + betas[j] * d_y)``.
 
-  The first axis follows ``d_x`` (``alphas``), the second ``d_y`` (``betas``); ``plot_slice_2d`` puts
-  ``alphas`` on the horizontal axis. ``batch_size`` counts grid points, as in :func:`loss_slice_1d`.
+  The first axis follows ``d_x`` (``alphas``), the second ``d_y`` (``betas``); ``plot_slice_2d``
+  puts ``alphas`` on the horizontal axis. ``batch_size`` counts grid points, as in
+  :func:`loss_slice_1d`.
 
   Returns:
     ``[A, B]`` losses.
