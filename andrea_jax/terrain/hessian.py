@@ -4,6 +4,10 @@ The Hessian of a 120M-parameter model is never formed. Everything here goes thro
 ``hvp(v) = H v = d/dt grad L(w + t v) |_{t=0}``, computed forward-over-reverse (``jax.jvp`` of
 ``jax.grad``): one HVP costs about two gradient evaluations and the memory of one.
 
+The loss must be twice differentiable in forward-over-reverse mode: a fused attention kernel with a
+hand-written backward pass and no JVP rule (cuDNN's) cannot be used; build the model with XLA
+attention (``attention_impl="xla"``) for these measurements.
+
 The top eigenvalue ``lambda_max`` is the curvature of the sharpest direction; a wide basin has a
 small one (a step of size ``> 2 / lambda_max`` along that direction is unstable for plain gradient
 descent).
