@@ -1,57 +1,64 @@
 r"""A discounted-UCB bandit over the data sources, rewarded by learning progress.
 
-Pure functions over a :class:`BanditState` pytree; the parameters are a static, validated
+Pure functions over a :class:`BanditState` pytree; the parameters are a validated
 :class:`BanditParams`. The curriculum (:mod:`andrea_jax.curriculum`) calls :func:`observe` every
 training step and :func:`close_window` + :func:`ucb_index` at each phase decision; the functions are
-usable alone (``select`` is the classic one-arm-per-round bandit).
+usable alone (:func:`select` is the classic one-arm-per-round bandit).
 
-**Observation.** Each step brings, per source ``s``, the mean loss ``l_s`` of the source's part of the
-batch and its token count ``n_s``; a source is *observed* when ``n_s > 0`` and ``l_s`` is finite (the
-loss of an absent source is meaningless and ignored, even if NaN). Every source with weight > 0 is
-observed on every step it contributes tokens: the statistics count what each source actually
+**Observation.** Each step brings, per source ``s``, the mean loss ``l_s`` of the source's part of
+the batch and its token count ``n_s``; a source is *observed* when ``n_s > 0`` and ``l_s`` is finite
+(the loss of an absent source is meaningless and ignored, even if NaN). Every source with weight
+> 0 is observed on every step it contributes tokens: the statistics count what each source actually
 contributed, not which arm was "pulled". Losses are clipped to ``[-1e6, 1e6]`` nats (cross-entropy
-never gets there except through a bug) so that nothing overflows. Between two decisions (a *window*
-of ``L`` steps) the state accumulates the token-weighted mean loss ``lbar_s`` and tokens ``T_s``.
+never gets there except through a bug) and token counts to ``[1e-6, 1e12]`` (less is none) so that
+nothing overflows, underflows or divides zero by zero. Between two decisions (a *window* of ``L``
+steps) the state accumulates each source's token-weighted mean loss ``lbar_s`` and tokens ``T_s``.
 
-**Reward: learning progress per token.** When the window closes, a source observed in it and in an
-earlier window (its *reference*: the last window where it had tokens) gets the progress
-
-.. math::
-   p_s = \frac{\bar l_s^{\,ref} - \bar l_s}{\max\big(\tfrac12 (T_s^{ref} + T_s),\ 1\big)}
-   \quad \text{[nats per token]},
-
-the fall of its loss divided by the tokens of ``s`` seen between the token-midpoints of the two
-windows (the source had none in between). This is the marginal return of giving tokens to ``s``: it
-fades as the source is learned and jumps when the source changes (a pivot). It is rescaled by a
-running scale ``sigma`` of its typical size and squashed smoothly into ``(0, 1)``:
+**Learning progress.** When the window closes, a source observed in it and in an earlier window (its
+*reference*: the last window where it had tokens) has the progress
 
 .. math::
-   \sigma \leftarrow \rho\,\sigma + (1 - \rho)\ \mathrm{median}_\nu |p|, \qquad
-   r_s = \tfrac12 \Big(1 + \frac{p_s}{|p_s| + \kappa \max(\sigma, \sigma_{min})}\Big),
+   p_s = \frac{\bar l_s^{\,ref} - \bar l_s}{D_s}, \qquad
+   D_s = \max\big(\tfrac12 (T_s^{ref} + T_s),\ 1\big) \quad \text{[nats per token]},
 
-where ``median_nu`` is the median weighted by the observation weights ``nu_s`` below, so that the
-noisy estimates of sources with few tokens do not set the scale (the first window with progress sets
-``sigma`` to its median). ``r = 1/2`` means no progress, ``r = 3/4`` a progress of ``kappa`` running
-scales (``reward_knee``); the squash never saturates, so larger progress always ranks higher, and
-it is odd around 1/2. All rewards equal (e.g. all zero) give 1/2 each.
+the fall of its loss over the ``D_s`` tokens of ``s`` seen between the token-midpoints of the two
+windows (it had none in between). It is the marginal return of giving tokens to ``s``: it fades as
+the source is learned and jumps when the source changes (a pivot).
 
-**Discounted statistics** (Garivier & Moulines, 2011), in units of *steps' worth of data*: a source
-that had the share ``f_s = T_s / sum_j T_j`` of the window's tokens contributed ``nu_s = L f_s``, and
-with the per-step discount ``gamma``
+**Discounted statistics** (Garivier & Moulines, 2011), in units of *steps' worth of tokens*: with
+``tau = sum_j T_j / L`` the window's tokens per step, the observation weighs ``nu_s = D_s / tau``
+(at most ``4 L``), and with the per-step discount ``gamma``
 
 .. math::
-   N_s \leftarrow \gamma^L N_s + \nu_s, \qquad R_s \leftarrow \gamma^L R_s + \nu_s r_s .
+   N_s \leftarrow \gamma^L N_s + \nu_s, \qquad P_s \leftarrow \gamma^L P_s + \nu_s p_s,
+   \qquad \hat p_s = P_s / N_s .
 
-**Index.** With the optimistic prior mean 1 held by ``n_0`` pseudo-steps (``prior_count``), the
+Since ``nu_s p_s`` is the loss fall itself (over ``tau``), ``hat p_s`` is a discounted *total* loss
+fall over *total* tokens: window noise telescopes instead of accumulating, and a window where the
+source had a handful of tokens (a huge, noisy ``p_s``) weighs only its handful.
+
+**Reward: progress robustly rescaled.** The estimates are rescaled by ``sigma``, the median of
+``|hat p|`` weighted by ``N`` (the well-observed sources set the scale, noisy rare ones do not), and
+squashed smoothly into ``(0, 1)``:
+
+.. math::
+   \hat r_s = \tfrac12 \Big(1 + \frac{\hat p_s}{|\hat p_s| + \kappa \max(\sigma, \sigma_{min})}
+   \Big).
+
+``r = 1/2`` means no progress, ``r = 3/4`` a progress of ``kappa`` scales (``reward_knee``); the
+squash never saturates, so more progress always ranks higher. All progress equal (e.g. all zero)
+gives equal rewards.
+
+**Index.** With the optimistic prior reward 1 held by ``n_0`` pseudo-steps (``prior_count``), the
 exploration weight ``c`` and the count floor ``n_min``:
 
 .. math::
-   I_s = \frac{R_s + n_0}{N_s + n_0}
+   I_s = \frac{N_s \hat r_s + n_0}{N_s + n_0}
        + c \sqrt{\frac{\ln \max\!\big(\sum_j N_j,\ e\big)}{N_s + n_{min}}} .
 
-A never-observed source has ``I_s = 1 + c sqrt(ln max(sum N, e) / n_min)``: finite, and above every
-observed source. Old observations fade with ``gamma``, so a source unobserved for long regains a large
-bonus and is explored again: the index tracks non-stationary progress.
+A never-observed source has ``I_s = 1 + c sqrt(ln max(sum N, e) / n_min)``: finite, and above
+every observed source. Old observations fade with ``gamma``, so a source unobserved for long regains
+a large bonus and is explored again: the index tracks non-stationary progress.
 """
 
 from __future__ import annotations
@@ -66,51 +73,68 @@ import jax.numpy as jnp
 LOSS_CLIP = 1e6
 """Losses are clipped to ``[-LOSS_CLIP, LOSS_CLIP]`` nats before any arithmetic."""
 
+TOKENS_RANGE = (1e-6, 1e12)
+"""A step's token count below the first bound counts as none, above the second is clipped to it."""
+
 SCALE_MIN = 1e-20
 """``sigma_min``: the smallest progress scale (nats per token); keeps ``p / sigma`` finite."""
 
+# Counts below this are "never observed" (a long-discounted count may underflow).
+_COUNT_MIN = 1e-30
 
+
+@jax.tree_util.register_pytree_node_class
 @dataclasses.dataclass(frozen=True)
 class BanditParams:
   """Static, validated parameters of the bandit (hashable: usable as a jit static argument).
 
+  Also a pytree whose leaves are the seven numbers, so that a jitted function taking it as an
+  argument (not static) compiles once for all values.
+
   Attributes:
     discount: ``gamma``, per training step, in (0, 1]; the statistics' horizon is ``1/(1-gamma)``.
     exploration: ``c`` >= 0, weight of the confidence bonus (rewards live in [0, 1]).
-    min_count: ``n_min`` > 0, steps added to every count in the bonus (caps the bonus of rare sources).
+    min_count: ``n_min`` > 0, steps added to every count in the bonus (caps rare sources' bonus).
     prior_count: ``n_0`` > 0, pseudo-steps of the optimistic prior mean 1.
-    scale_decay: ``rho`` in [0, 1), per window, of the running progress scale.
     reward_knee: ``kappa`` > 0, progress (in running scales) whose reward is 3/4.
-    pivot_discount: factor in [0, 1] applied to ``N`` and ``R`` at a change of region (a pivot):
+    pivot_discount: factor in [0, 1] applied to ``N`` and ``P`` at a change of region (a pivot):
       means are kept, bonuses grow by ``1/sqrt(factor)``; 0 resets the statistics.
   """
-  discount: float = 0.997
+  discount: float = 0.995
   exploration: float = 0.05
   min_count: float = 1.0
   prior_count: float = 0.01
-  scale_decay: float = 0.9
   reward_knee: float = 1.0
   pivot_discount: float = 0.25
 
   def __post_init__(self):
     checks = (
-        ("discount", 0 < self.discount <= 1, "in (0, 1]"),
-        ("exploration", self.exploration >= 0, ">= 0"),
-        ("min_count", self.min_count > 0, "> 0"),
-        ("prior_count", self.prior_count > 0, "> 0"),
-        ("scale_decay", 0 <= self.scale_decay < 1, "in [0, 1)"),
-        ("reward_knee", self.reward_knee > 0, "> 0"),
-        ("pivot_discount", 0 <= self.pivot_discount <= 1, "in [0, 1]"),
+        ("discount", lambda v: 0 < v <= 1, "in (0, 1]"),
+        ("exploration", lambda v: v >= 0, ">= 0"),
+        ("min_count", lambda v: v > 0, "> 0"),
+        ("prior_count", lambda v: v > 0, "> 0"),
+        ("reward_knee", lambda v: v > 0, "> 0"),
+        ("pivot_discount", lambda v: 0 <= v <= 1, "in [0, 1]"),
     )
-    for name, _, _ in checks:
+    for name, ok, what in checks:
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"bandit.{name} must be a number, got {value!r}")
       if not math.isfinite(value):
         raise ValueError(f"bandit.{name} must be finite, got {value}")
-    for name, ok, what in checks:
-      if not ok:
-        raise ValueError(f"bandit.{name} must be {what}, got {getattr(self, name)}")
+      if not ok(value):
+        raise ValueError(f"bandit.{name} must be {what}, got {value}")
+
+  def tree_flatten(self):
+    return tuple(getattr(self, f.name) for f in dataclasses.fields(self)), None
+
+  @classmethod
+  def tree_unflatten(cls, aux, leaves):
+    del aux
+    params = object.__new__(cls)  # leaves may be tracers: no validation
+    for f, v in zip(dataclasses.fields(cls), leaves):
+      object.__setattr__(params, f.name, v)
+    return params
 
 
 @flax.struct.dataclass
@@ -118,18 +142,16 @@ class BanditState:
   """Per-source statistics (all ``[S]`` float32 unless noted); a pytree for checkpoints.
 
   Attributes:
-    counts: ``N_s``, discounted steps' worth of observations.
-    rewards: ``R_s``, discounted sum of ``nu_s r_s``.
-    scale: ``sigma`` (scalar), running scale of ``|p|``; 0 until the first progress.
+    counts: ``N_s``, discounted steps' worth of observed tokens.
+    progress: ``P_s``, discounted sum of ``nu_s p_s``.
     ref_loss, ref_tokens: mean loss and tokens of the source's reference window.
     has_ref: bool, whether the source has a reference window.
     win_loss, win_tokens: token-weighted mean loss and tokens in the open window.
     win_steps: int32 scalar, steps in the open window.
-    last_progress, last_reward: ``p_s`` and ``r_s`` of the last closed window (NaN / 0.5 where none).
+    last_progress: ``p_s`` of the last closed window (NaN where none).
   """
   counts: jax.Array
-  rewards: jax.Array
-  scale: jax.Array
+  progress: jax.Array
   ref_loss: jax.Array
   ref_tokens: jax.Array
   has_ref: jax.Array
@@ -137,24 +159,22 @@ class BanditState:
   win_tokens: jax.Array
   win_steps: jax.Array
   last_progress: jax.Array
-  last_reward: jax.Array
 
 
 def init(num_sources: int) -> BanditState:
   """A bandit that has observed nothing: every source at the optimistic index."""
   z = jnp.zeros((num_sources,), jnp.float32)
   return BanditState(
-      counts=z, rewards=z, scale=jnp.zeros((), jnp.float32), ref_loss=z, ref_tokens=z,
-      has_ref=jnp.zeros((num_sources,), bool), win_loss=z, win_tokens=z,
-      win_steps=jnp.zeros((), jnp.int32), last_progress=jnp.full((num_sources,), jnp.nan, jnp.float32),
-      last_reward=jnp.full((num_sources,), 0.5, jnp.float32))
+      counts=z, progress=z, ref_loss=z, ref_tokens=z, has_ref=jnp.zeros((num_sources,), bool),
+      win_loss=z, win_tokens=z, win_steps=jnp.zeros((), jnp.int32),
+      last_progress=jnp.full((num_sources,), jnp.nan, jnp.float32))
 
 
 def observe(state: BanditState, losses: jax.Array, tokens: jax.Array) -> BanditState:
   """Adds one step to the open window: O(S), no branch, safe for any input.
 
-  ``lbar <- lbar + (l - lbar) n / (T + n)``, ``T <- T + n`` for the observed sources (``n > 0`` and
-  ``l`` finite); an incremental mean, so that large losses never overflow a sum.
+  ``lbar <- lbar + (l - lbar) n / (T + n)``, ``T <- T + n`` for the observed sources (``n >= 1e-6``
+  and ``l`` finite); an incremental mean, so that large losses never overflow a sum.
 
   Args:
     state: the bandit.
@@ -168,8 +188,8 @@ def observe(state: BanditState, losses: jax.Array, tokens: jax.Array) -> BanditS
   """
   losses = jnp.asarray(losses, jnp.float32)
   tokens = jnp.asarray(tokens, jnp.float32)
-  valid = (tokens > 0) & jnp.isfinite(losses) & jnp.isfinite(tokens)
-  n = jnp.where(valid, tokens, 0.0)
+  valid = (tokens >= TOKENS_RANGE[0]) & jnp.isfinite(losses) & jnp.isfinite(tokens)
+  n = jnp.where(valid, jnp.minimum(tokens, TOKENS_RANGE[1]), 0.0)
   l = jnp.clip(jnp.where(valid, losses, 0.0), -LOSS_CLIP, LOSS_CLIP)
   total = state.win_tokens + n
   frac = jnp.where(valid, n / jnp.where(valid, total, 1.0), 0.0)
@@ -209,10 +229,10 @@ def weighted_median(x: jax.Array, weights: jax.Array) -> jax.Array:
 
 
 def close_window(params: BanditParams, state: BanditState) -> BanditState:
-  """Ends the open window: rewards from learning progress, discounted statistics, new references.
+  """Ends the open window: learning progress, discounted statistics, new references.
 
   See the module docstring for the formulas. A source with no tokens in the window keeps its
-  reference and gets no observation (its statistics only decay). O(S log S) (one median).
+  reference and gets no observation (its statistics only decay). O(S).
 
   Example:
     >>> p = BanditParams()
@@ -228,42 +248,51 @@ def close_window(params: BanditParams, state: BanditState) -> BanditState:
   progress = jnp.where(
       has_progress,
       learning_progress(state.ref_loss, state.ref_tokens, state.win_loss, state.win_tokens), 0.0)
-
-  share = state.win_tokens / jnp.maximum(jnp.sum(state.win_tokens), 1.0)
-  nu = jnp.where(has_progress, steps * share, 0.0)
-  median = weighted_median(jnp.abs(progress), nu)
-  any_progress = jnp.any(has_progress)
-  blended = jnp.where(state.scale > 0,
-                      params.scale_decay * state.scale + (1 - params.scale_decay) * median, median)
-  scale = jnp.where(any_progress, blended, state.scale)
-
-  reward = jnp.where(has_progress, rescale(progress, scale, params.reward_knee), 0.5)
-  decay = jnp.float32(params.discount) ** steps
+  between = jnp.maximum(0.5 * (state.ref_tokens + state.win_tokens), 1.0)
+  per_step = jnp.maximum(jnp.sum(state.win_tokens), 1.0) / steps
+  nu = jnp.where(has_progress, jnp.minimum(between / per_step, 4.0 * steps), 0.0)
+  decay = jnp.asarray(params.discount, jnp.float32) ** steps
   z = jnp.zeros_like(state.win_tokens)
   return state.replace(
       counts=decay * state.counts + nu,
-      rewards=decay * state.rewards + nu * reward,
-      scale=scale,
+      progress=decay * state.progress + nu * progress,
       ref_loss=jnp.where(observed, state.win_loss, state.ref_loss),
       ref_tokens=jnp.where(observed, state.win_tokens, state.ref_tokens),
       has_ref=state.has_ref | observed,
       win_loss=z, win_tokens=z, win_steps=jnp.zeros_like(state.win_steps),
-      last_progress=jnp.where(has_progress, progress, jnp.nan),
-      last_reward=reward)
+      last_progress=jnp.where(has_progress, progress, jnp.nan))
+
+
+def estimates(state: BanditState) -> jax.Array:
+  """``hat p_s = P_s / N_s``: the discounted learning progress, nats per token (0 if unobserved)."""
+  seen = state.counts > _COUNT_MIN
+  return jnp.where(seen, state.progress / jnp.where(seen, state.counts, 1.0), 0.0)
+
+
+def reward_scale(state: BanditState) -> jax.Array:
+  """``sigma``: the median of ``|hat p|`` weighted by the counts ``N`` (0 before any progress)."""
+  return weighted_median(jnp.abs(estimates(state)), state.counts)
+
+
+def rewards(params: BanditParams, state: BanditState) -> jax.Array:
+  """``hat r_s``: the estimated progress rescaled into ``(0, 1)`` (1/2 for an unobserved source)."""
+  return rescale(estimates(state), reward_scale(state), params.reward_knee)
 
 
 def means(params: BanditParams, state: BanditState) -> jax.Array:
-  """``(R_s + n_0) / (N_s + n_0)``: the estimated reward with the optimistic prior, ``[S]``."""
-  return (state.rewards + params.prior_count) / (state.counts + params.prior_count)
+  """``(N_s hat r_s + n_0) / (N_s + n_0)``: the reward with the optimistic prior, ``[S]``."""
+  return ((state.counts * rewards(params, state) + params.prior_count)
+          / (state.counts + params.prior_count))
 
 
 def ucb_index(params: BanditParams, state: BanditState) -> jax.Array:
   """The upper confidence bound of each source, ``[S]`` float32, always finite.
 
-  ``I_s = (R_s + n_0) / (N_s + n_0) + c sqrt(ln max(sum_j N_j, e) / (N_s + n_min))``.
+  ``I_s = (N_s hat r_s + n_0) / (N_s + n_0) + c sqrt(ln max(sum_j N_j, e) / (N_s + n_min))``.
 
-  Example (hand-worked): ``N = (e^2 - 1, 1)``, ``R = (0, 1)``, ``n_0 -> 0``, ``c = 1``,
-  ``n_min = 1``: ``ln(sum N) = 2``, so ``I = (0 + sqrt(2 / e^2), 1 + sqrt(2 / 2)) = (0.520, 2)``.
+  Example (hand-worked): ``N = (e^2 - 2, 1, 1)``, ``hat p = (1, 1, 3) 1e-4``: ``sigma = 1e-4`` and,
+  with ``kappa = 1``, ``hat r = (0.75, 0.75, 0.875)``; with ``n_0 -> 0``, ``c = 1``, ``n_min = 1``
+  and ``ln(sum N) = 2``: ``I = (0.75 + sqrt(2 / (e^2 - 1)), 0.75 + 1, 0.875 + 1)``.
   """
   total = jnp.sum(state.counts)
   log_total = jnp.log(jnp.maximum(total, math.e))
@@ -282,10 +311,13 @@ def select(params: BanditParams, state: BanditState, allowed: jax.Array) -> jax.
 
 
 def discount(state: BanditState, factor: float | jax.Array) -> BanditState:
-  """Scales ``N`` and ``R`` by ``factor`` (a pivot): means unchanged, confidence bonuses inflated.
+  """Scales ``N`` and ``P`` by ``factor`` (a pivot): estimates unchanged, bonuses inflated.
 
-  The learning-progress references and the reward scale are kept: the model is not reset at a
-  pivot, so a source's loss stays comparable across it.
+  A well-observed source's bonus grows by about ``1/sqrt(factor)`` (a little less, as ``ln sum N``
+  falls too), so the bandit re-explores without forgetting its estimates.
+
+  The learning-progress references are kept: the model is not reset at a pivot, so a source's loss
+  stays comparable across it.
   """
   factor = jnp.asarray(factor, jnp.float32)
-  return state.replace(counts=factor * state.counts, rewards=factor * state.rewards)
+  return state.replace(counts=factor * state.counts, progress=factor * state.progress)

@@ -5,7 +5,7 @@ The interface the trainer calls (all pure; ``update``, ``exclude`` and ``metrics
   spec = curriculum.spec_from_config(config.curriculum, sources=SOURCES)  # static, validated
   state = curriculum.init(spec, key)                                      # CurriculumState pytree
   state = curriculum.update(spec, state, step, losses_S, tokens_S)        # every step, in the step
-  sched = curriculum.schedule(state)                                      # Schedule(weights [2, S], starts [2])
+  sched = curriculum.schedule(state)                                      # [2, S], starts [2]
   w_S = curriculum.weights_at(sched, step)                                # host-side numpy lookup
   state = curriculum.exclude(spec, state, mask_S)                         # extra exclusions
   m = curriculum.metrics(spec, state)                                     # small arrays to log

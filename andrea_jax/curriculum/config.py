@@ -1,10 +1,11 @@
 """The ``curriculum`` config section, its geometry builders, and its validation into a static spec.
 
-A *geometry* is a region of the mixture simplex in force from a start step on: floors, ceilings and
-excluded sources (SPEC §3-5). The section holds them as a ConfigDict keyed by geometry name, so that
-every field can be overridden on the command line. Per-source floors and ceilings are ConfigDicts
-listing **all** sources under their *keys*, the source name with ``-`` replaced by ``_`` (a locked
-config accepts overrides of existing fields only, and ``-`` does not survive flag parsing)::
+A *geometry* is a region of the mixture simplex in force from a start step on: floors, ceilings
+and excluded sources (SPEC §3-5). The section holds them as a ConfigDict keyed by geometry name, so
+that every field can be overridden on the command line. Per-source floors and ceilings are
+ConfigDicts listing **all** sources under their *keys*, the source name with ``-`` replaced by ``_``
+(a locked config accepts overrides of existing fields only, and ``-`` does not survive flag
+parsing)::
 
   --config.curriculum.geometries.v3_polish.floors.hermes3_general=0.6
   --config.curriculum.geometries.v3_polish.ceilings.dictionary=0.2
@@ -14,8 +15,8 @@ config accepts overrides of existing fields only, and ``-`` does not survive fla
 ``only`` and ``exclude`` are comma-separated source names ("" = none): ``only`` pins every other
 source at 0 (v2's curriculum warmup sources), ``exclude`` sets ceilings to 0.
 
-:func:`spec_from_config` validates the section and turns it into a frozen :class:`CurriculumSpec` with
-numpy tables (``[G, S]`` floors and ceilings, ``[G]`` start steps) for the jitted engine.
+:func:`spec_from_config` validates the section and turns it into a frozen :class:`CurriculumSpec`
+with numpy tables (``[G, S]`` floors and ceilings, ``[G]`` start steps) for the jitted engine.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
+import jax
 import ml_collections
 import numpy as np
 
@@ -86,14 +88,14 @@ def geometry(name: str, start_step: int, *, floors: Mapping[str, float] | None =
         raise ValueError(f"unknown source {n!r} in {field} of geometry {name!r}; known sources "
                          f"are: {', '.join(sources)}")
       g[field][source_key(n)] = float(v)
-  g.only = _names(only) if only is not None else ""  # comma-separated: the only sources allowed; "" = all
-  g.exclude = _names(exclude)  # comma-separated: sources excluded (ceiling 0); "" = none
+  g.only = _names(only) if only is not None else ""  # comma-separated allowed sources; "" = all
+  g.exclude = _names(exclude)  # comma-separated excluded sources (ceiling 0); "" = none
   _region(name, g, sources)
   return g
 
 
 def andrea_geometries(total_steps: int = 200_000, scale: float = 1.0) -> ml_collections.ConfigDict:
-  """The three regimes of ANDREA's run (SPEC §5), keyed ``v2_warmup``, ``v2_firehose``, ``v3_polish``.
+  """ANDREA's three regimes (SPEC §5), keyed ``v2_warmup``, ``v2_firehose``, ``v3_polish``.
 
   * ``v2_warmup`` from step 0: only the seven curriculum warmup sources;
   * ``v2_firehose`` from ``20_000 * scale``: the full simplex;
@@ -137,9 +139,8 @@ def bandit_section(params: BanditParams = BanditParams()) -> ml_collections.Conf
   b.exploration = params.exploration  # c, weight of the UCB bonus (rewards are in [0, 1])
   b.min_count = params.min_count  # n_min, steps added to each count in the bonus
   b.prior_count = params.prior_count  # n_0, pseudo-steps of the optimistic prior mean 1
-  b.scale_decay = params.scale_decay  # rho per phase, running scale of the learning progress
   b.reward_knee = params.reward_knee  # kappa: learning progress (in running scales) rewarded 3/4
-  b.pivot_discount = params.pivot_discount  # factor on the statistics at a change of region; 0 = reset
+  b.pivot_discount = params.pivot_discount  # factor on the statistics at a pivot; 0 = reset
   return b
 
 
@@ -159,16 +160,19 @@ def curriculum_config(geometries: ml_collections.ConfigDict | None = None
   return c
 
 
+@jax.tree_util.register_pytree_node_class
 @dataclasses.dataclass(frozen=True, eq=False)
 class CurriculumSpec:
-  """The validated, static description of a curriculum (hashable by content; jit-static).
+  """The validated description of a curriculum: hashable by content (a jit static argument), and a
+  pytree whose leaves are its numbers (a jitted function taking it as an argument compiles once for
+  every spec with the same sources, geometry names and decision lag).
 
   Attributes:
     sources: source names, the order of every weight vector (``S`` of them).
     geometry_names: ``G`` names, by increasing start step.
-    starts: ``[G]`` int64 start step of each geometry (``starts[0] == 0``).
+    starts: ``[G]`` int32 start step of each geometry (``starts[0] == 0``).
     lowers, uppers: ``[G, S]`` float64 floors and ceilings.
-    strategy: one of :data:`STRATEGIES`.
+    strategy_code: index of the strategy in :data:`STRATEGIES` (see :attr:`strategy`).
     phase_min_steps, phase_max_steps: phase lengths are uniform in this range (cut at geometry
       boundaries, never below ``phase_min_steps``).
     random_share: probability of a random phase (already set by the strategy).
@@ -181,7 +185,7 @@ class CurriculumSpec:
   starts: np.ndarray
   lowers: np.ndarray
   uppers: np.ndarray
-  strategy: str
+  strategy_code: int
   phase_min_steps: int
   phase_max_steps: int
   random_share: float
@@ -189,16 +193,38 @@ class CurriculumSpec:
   decision_lag: int
   bandit: BanditParams
 
+  _LEAVES = ("starts", "lowers", "uppers", "strategy_code", "phase_min_steps", "phase_max_steps",
+             "random_share", "eta", "bandit")
+
+  def tree_flatten(self):
+    return (tuple(getattr(self, n) for n in self._LEAVES),
+            (self.sources, self.geometry_names, self.decision_lag))
+
+  @classmethod
+  def tree_unflatten(cls, aux, leaves):
+    spec = object.__new__(cls)
+    for n, v in zip(("sources", "geometry_names", "decision_lag"), aux):
+      object.__setattr__(spec, n, v)
+    for n, v in zip(cls._LEAVES, leaves):
+      object.__setattr__(spec, n, v)
+    return spec
+
   def _key(self):
-    return (self.sources, self.geometry_names, self.starts.tobytes(), self.lowers.tobytes(),
-            self.uppers.tobytes(), self.strategy, self.phase_min_steps, self.phase_max_steps,
-            self.random_share, self.eta, self.decision_lag, self.bandit)
+    return (self.sources, self.geometry_names, np.asarray(self.starts).tobytes(),
+            np.asarray(self.lowers).tobytes(), np.asarray(self.uppers).tobytes(),
+            self.strategy_code, self.phase_min_steps, self.phase_max_steps, self.random_share,
+            self.eta, self.decision_lag, self.bandit)
 
   def __eq__(self, other):
     return isinstance(other, CurriculumSpec) and self._key() == other._key()
 
   def __hash__(self):
     return hash(self._key())
+
+  @property
+  def strategy(self) -> str:
+    """The strategy's name (host-side)."""
+    return STRATEGIES[int(self.strategy_code)]
 
   @property
   def num_sources(self) -> int:
@@ -320,13 +346,14 @@ def spec_from_config(config: ml_collections.ConfigDict, sources: Sequence[str] =
 
   geometries = c.geometries
   if not geometries or not len(geometries.keys()):
-    raise ValueError("curriculum.geometries is empty: at least one geometry (starting at 0) is needed")
+    raise ValueError("curriculum.geometries is empty: a geometry starting at step 0 is needed")
   entries = sorted(((_region(name, geometries[name], sources) + (name,))
                     for name in geometries.keys()), key=lambda e: (e[0], e[2]))
   starts = [s for s, _, _ in entries]
   names = [n for _, _, n in entries]
   if starts[0] != 0:
-    raise ValueError(f"no geometry starts at step 0 (the first, {names[0]!r}, starts at {starts[0]})")
+    raise ValueError(f"no geometry starts at step 0 (the first, {names[0]!r}, starts at "
+                     f"{starts[0]})")
   for (s0, _, n0), (s1, _, n1) in zip(entries, entries[1:]):
     if s0 == s1:
       raise ValueError(f"geometries {n0!r} and {n1!r} both start at step {s0}")
@@ -335,8 +362,8 @@ def spec_from_config(config: ml_collections.ConfigDict, sources: Sequence[str] =
                        f"shorter than phase_min_steps = {lo}")
   share = {"andrea": share, "bandit_only": 0.0, "random_only": 1.0, "static": 0.0}[strategy]
   return CurriculumSpec(
-      sources=sources, geometry_names=tuple(names), starts=np.array(starts, np.int64),
+      sources=sources, geometry_names=tuple(names), starts=np.array(starts, np.int32),
       lowers=np.stack([r.lower for _, r, _ in entries]),
       uppers=np.stack([r.upper for _, r, _ in entries]),
-      strategy=strategy, phase_min_steps=lo, phase_max_steps=hi, random_share=float(share),
-      eta=float(eta), decision_lag=lag, bandit=bandit)
+      strategy_code=STRATEGIES.index(strategy), phase_min_steps=lo, phase_max_steps=hi,
+      random_share=float(share), eta=float(eta), decision_lag=lag, bandit=bandit)

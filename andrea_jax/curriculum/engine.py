@@ -19,10 +19,11 @@ leave less than ``phase_min_steps`` before it, is cut so that a phase ends exact
 phase first projects the current point onto its region (:func:`andrea_jax.simplex.project`; a no-op
 inside it), so at a pivot the walk continues from the closest point of the new region, and the new
 floors and ceilings hold from the pivot's first step on. At a pivot the bandit's statistics are
-*discounted* by ``bandit.pivot_discount`` (default 0.25), not reset: the model is not reset at a pivot,
-so what the bandit knows of each source's learning progress is still informative and its means are
-kept, but the rewards change with the new mixture, so the confidence bonuses are inflated (by
-``1/sqrt(0.25) = 2``) and the bandit re-explores the new region within a few phases.
+*discounted* by ``bandit.pivot_discount`` (default 0.25), not reset: the model is not reset at a
+pivot, so what the bandit knows of each source's learning progress is still informative and its
+estimates are kept, but the rewards change with the new mixture, so the confidence bonuses are
+inflated (by about ``1/sqrt(0.25) = 2``) and the bandit re-explores the new region within a few
+phases.
 
 **Decision lag.** The weights of a phase are decided ``decision_lag`` steps before it starts, in the
 call ``update(step = start - decision_lag - 1)``, so that after ``update(..., step=t)`` the
@@ -47,14 +48,14 @@ import numpy as np
 
 from andrea_jax import bandit as bandit_lib
 from andrea_jax import simplex
-from andrea_jax.curriculum.config import CurriculumSpec
+from andrea_jax.curriculum.config import STRATEGIES, CurriculumSpec
 
 KIND_RANDOM, KIND_BANDIT, KIND_FIXED = 0, 1, 2
-"""Phase kinds: a uniform jump, a step toward the UCB vertex, a fixed point (first phase, static)."""
+"""Kinds: a uniform jump, a step toward the UCB vertex, a fixed point (first phase, static)."""
 
 KIND_NAMES = ("random", "bandit", "fixed")
 
-# Random tie-breaking between equal UCB indices (e.g. before any observation): far below any real gap.
+# Random tie-breaking of equal UCB indices (e.g. before any observation): far below any real gap.
 _TIE_NOISE = 1e-6
 
 
@@ -123,9 +124,10 @@ def _bounds(spec: CurriculumSpec, g: jax.Array, excluded: jax.Array):
 def _phase_length(spec: CurriculumSpec, key: jax.Array, start: jax.Array) -> jax.Array:
   """Uniform in [min, max], cut so that the phase never crosses nor stops just short of a boundary.
 
-  With ``gap`` the steps from ``start`` to the next boundary: if ``gap - L < min`` the phase ends at
-  the boundary (``L = gap``) when ``gap <= max``, else at ``gap - min`` (the next phase then fills the
-  last ``min`` steps). Every phase stays in [min, max] (``max >= 2 min - 1`` is validated).
+  With ``gap`` the steps from ``start`` to the next boundary: if ``gap - L < min`` the phase ends
+  at the boundary (``L = gap``) when ``gap <= max``, else at ``gap - min`` (the next phase then
+  fills the last ``min`` steps). Every phase stays in [min, max] (``max >= 2 min - 1`` is
+  validated).
   """
   lo, hi = spec.phase_min_steps, spec.phase_max_steps
   length = jax.random.randint(key, (), lo, hi + 1, dtype=jnp.int32)
@@ -195,13 +197,14 @@ def _decide(spec: CurriculumSpec, state: CurriculumState) -> CurriculumState:
     vertex_S = simplex.greedy_vertex(scores_S, lower, upper)
     return (1 - spec.eta) * here_S + spec.eta * vertex_S
 
-  if spec.strategy == "static":
-    kind = jnp.int32(KIND_FIXED)
-    w_S = jnp.full_like(here_S, 1.0 / spec.num_sources)
-  else:
-    is_random = jax.random.uniform(k_kind) < spec.random_share
-    kind = jnp.where(is_random, KIND_RANDOM, KIND_BANDIT).astype(jnp.int32)
-    w_S = jax.lax.cond(is_random, random_phase, bandit_phase)
+  def fixed_phase():
+    return jnp.full_like(here_S, 1.0 / spec.num_sources)
+
+  is_random = jax.random.uniform(k_kind) < spec.random_share
+  kind = jnp.where(spec.strategy_code == STRATEGIES.index("static"), KIND_FIXED,
+                   jnp.where(is_random, KIND_RANDOM, KIND_BANDIT)).astype(jnp.int32)
+  # Branch order follows the KIND_* codes; only the chosen branch runs.
+  w_S = jax.lax.switch(kind, (random_phase, bandit_phase, fixed_phase))
   # One last exact projection: the floors and zeros hold exactly after float32 rounding.
   w_S = simplex.project(w_S, lower, upper)
 
@@ -237,16 +240,17 @@ def update(spec: CurriculumSpec, state: CurriculumState, step: jax.Array, losses
 
 
 def schedule(state: CurriculumState) -> Schedule:
-  """The weights the host needs: ``Schedule(weights [2, S], starts [2])``. Pass to :func:`weights_at`."""
+  """What the host needs: ``Schedule(weights [2, S], starts [2])``, for :func:`weights_at`."""
   return Schedule(weights=state.weights, starts=state.starts)
 
 
 def weights_at(sched: Schedule, step) -> np.ndarray:
   """Host-side: the weights of ``step`` (int, or an int array ``[...]`` -> ``[..., S]``) as numpy.
 
-  ``weights[1]`` from ``starts[1]`` on, else ``weights[0]``. Valid for steps from ``starts[0]`` up to
-  ``t + 1 + decision_lag`` when ``sched`` was read after ``update(step=t)``; every valid snapshot gives
-  the same weights for a step. ``ValueError`` for a step before ``starts[0]`` (an outdated lookup).
+  ``weights[1]`` from ``starts[1]`` on, else ``weights[0]``. Valid for steps from ``starts[0]`` up
+  to ``t + 1 + decision_lag`` when ``sched`` was read after ``update(step=t)``; every valid snapshot
+  gives the same weights for a step. ``ValueError`` for a step before ``starts[0]`` (an outdated
+  lookup).
 
   Example:
     >>> sched = Schedule(np.array([[1., 0.], [0.5, 0.5]]), np.array([10, 30]))
@@ -277,8 +281,9 @@ def exclude(spec: CurriculumSpec, state: CurriculumState, mask: jax.Array) -> Cu
   mask = jnp.asarray(mask, bool)
   candidate = state.excluded | mask
   _, _, ok = _bounds(spec, _geometry_at(spec, state.next_start), candidate)
+  refused = state.rejected | (mask & ~state.excluded)
   return state.replace(excluded=jnp.where(ok, candidate, state.excluded),
-                       rejected=jnp.where(ok, state.rejected, state.rejected | (mask & ~state.excluded)))
+                       rejected=jnp.where(ok, state.rejected, refused))
 
 
 def metrics(spec: CurriculumSpec, state: CurriculumState) -> dict[str, jax.Array]:
@@ -286,9 +291,10 @@ def metrics(spec: CurriculumSpec, state: CurriculumState) -> dict[str, jax.Array
 
   Keys: ``phase`` (number), ``phase_kind`` (0 random, 1 bandit, 2 fixed), ``geometry`` (index into
   ``spec.geometry_names``), ``phase_start``, ``next_decision`` (step of the next decision),
-  ``weights`` ``[S]``, ``ucb`` ``[S]`` (bandit indices), ``bandit_mean`` ``[S]``, ``bandit_count``
-  ``[S]``, ``reward`` ``[S]`` (last rewards, 0.5 = none), ``progress`` ``[S]`` (last learning progress,
-  nats per token, 0 where none), ``reward_scale``, ``excluded`` ``[S]``, ``rejected`` ``[S]`` (int32).
+  ``weights`` ``[S]``, ``ucb`` ``[S]`` (bandit indices), ``bandit_mean`` ``[S]`` (reward with the
+  prior), ``bandit_count`` ``[S]``, ``reward`` ``[S]`` (rescaled progress), ``progress`` ``[S]``
+  (discounted learning progress, nats per token), ``reward_scale``, ``excluded`` and ``rejected``
+  ``[S]`` (int32).
   """
   slot = (state.step >= state.starts[1]).astype(jnp.int32)
   b = state.bandit
@@ -302,9 +308,9 @@ def metrics(spec: CurriculumSpec, state: CurriculumState) -> dict[str, jax.Array
       "ucb": bandit_lib.ucb_index(spec.bandit, b),
       "bandit_mean": bandit_lib.means(spec.bandit, b),
       "bandit_count": b.counts,
-      "reward": b.last_reward,
-      "progress": jnp.nan_to_num(b.last_progress, nan=0.0),
-      "reward_scale": b.scale,
+      "reward": bandit_lib.rewards(spec.bandit, b),
+      "progress": bandit_lib.estimates(b),
+      "reward_scale": bandit_lib.reward_scale(b),
       "excluded": state.excluded.astype(jnp.int32),
       "rejected": state.rejected.astype(jnp.int32),
   }

@@ -1,14 +1,15 @@
-r"""The curriculum alone, without a model, against a synthetic reward model, in one jitted ``lax.scan``.
+r"""The curriculum alone, without a model, against a synthetic reward model, in jitted ``lax.scan``.
 
 :class:`SyntheticLosses` stands in for the trainer: each step it draws the batch's sequences from
-the mixture (``batch_size`` categorical draws over the sources, ``seq_len`` tokens each) and returns
+the mixture (``batch_size`` independent draws over the sources, ``seq_len`` tokens each) and returns
 per source the batch-mean loss and the token count (NaN loss for a source with no sequence, as the
-trainer's meaningless entries). Source ``s`` has learned ``u_s = sum_t rate_s(t) tokens_s(t)`` and its
-loss is
+trainer's meaningless entries). Source ``s`` has learned ``u_s = sum_t rate_s(t) tokens_s(t)`` and
+its loss is
 
 .. math::
-   \ell_s = f_s + (\ell^0_s - f_s)\, e^{-u_s} + \frac{\sigma}{\sqrt{m_s}}\,\xi   \quad\text{(exponential)},
-   \qquad \ell_s = \ell^0_s - u_s + \frac{\sigma}{\sqrt{m_s}}\,\xi   \quad\text{(linear)},
+   \ell_s = f_s + (\ell^0_s - f_s)\, e^{-u_s} + \frac{\sigma}{\sqrt{m_s}}\,\xi
+   \quad\text{(exponential)}, \qquad
+   \ell_s = \ell^0_s - u_s + \frac{\sigma}{\sqrt{m_s}}\,\xi \quad\text{(linear)},
 
 with ``m_s`` its number of sequences in the batch and ``xi ~ N(0, 1)``. The rates change abruptly at
 ``switch_step``. In the linear model the learning progress per token is the constant ``rate_s``
@@ -66,8 +67,11 @@ class SyntheticLosses:
     """One batch: ``(new state, losses [S], tokens [S])``."""
     num = weights_S.shape[-1]
     k_draw, k_noise = jax.random.split(key)
-    logits_S = jnp.where(weights_S > 0, jnp.log(jnp.maximum(weights_S, 1e-30)), -jnp.inf)
-    picks_B = jax.random.categorical(k_draw, logits_S, shape=(self.batch_size,))
+    # Inverse-CDF draws (B uniforms, cheaper than Gumbel-max): a source of weight 0 has an empty
+    # interval of the cumulative sum and is never drawn.
+    cdf_S = jnp.cumsum(weights_S)
+    u_B = jax.random.uniform(k_draw, (self.batch_size,)) * cdf_S[-1]
+    picks_B = jnp.minimum(jnp.searchsorted(cdf_S, u_B, side="right"), num - 1)
     seqs_S = jnp.sum(jax.nn.one_hot(picks_B, num, dtype=jnp.float32), axis=0)
     tokens_S = seqs_S * self.seq_len
     if self.linear:
@@ -81,7 +85,7 @@ class SyntheticLosses:
 
 
 def synthetic_losses(num_sources: int, num_steps: int, *, seed: int = 0, batch_size: int = 32,
-                     seq_len: int = 1024, noise: float = 0.3, switch_step: int | None = None,
+                     seq_len: int = 1024, noise: float = 0.1, switch_step: int | None = None,
                      unlearnable: int | None = -1) -> SyntheticLosses:
   """The default exponential model: sources with different learning speeds and an abrupt change.
 
@@ -111,17 +115,22 @@ class SimulationResult:
   Attributes:
     weights: ``[N, S]`` float32, the weights used at each step.
     phase_ids, kinds, geometries: ``[N]`` int32: phase number, kind and geometry of each step.
+    lag_consistent: ``[N]`` bool: every schedule snapshot valid for the step (read after
+      ``update(t - 1 - decision_lag)`` through ``update(t)``) gave the weights used.
     first_step: the first simulated step.
     state: the curriculum state after the last step (what a checkpoint holds).
     model_state: the reward model's state after the last step.
+    reward_model: the reward model used (a resumed simulation reuses it by default).
   """
   weights: np.ndarray
   phase_ids: np.ndarray
   kinds: np.ndarray
   geometries: np.ndarray
+  lag_consistent: np.ndarray
   first_step: int
   state: engine.CurriculumState
   model_state: Any
+  reward_model: Any
 
   @property
   def next_step(self) -> int:
@@ -141,42 +150,54 @@ class SimulationResult:
     return out
 
 
-@functools.partial(jax.jit, static_argnames=("spec", "num_steps"))
-def _scan(spec, state, model, model_state, key, first_step, num_steps):
-  lag = spec.decision_lag
-  sched = engine.schedule(state)
-  # The host's view: schedules read after the last lag + 1 updates; queue[0] is the oldest.
-  queue = jax.tree.map(lambda x: jnp.stack([x] * (lag + 1)), sched)
+def _host_queue(state: engine.CurriculumState, lag: int) -> engine.Schedule:
+  """The host's view after a (re)start: ``lag + 1`` copies of the current schedule, oldest first."""
+  return jax.tree.map(lambda x: jnp.stack([x] * (lag + 1)), engine.schedule(state))
+
+
+@functools.partial(jax.jit, static_argnames=("num_steps",))
+def _scan(spec, state, model, model_state, queue, key, first_step, num_steps):
+  """``num_steps`` steps from ``first_step``; ``queue[i]``: the schedule of ``lag + 1 - i`` ago."""
 
   def body(carry, step):
     state, model_state, queue = carry
     w_S = engine.lookup(jax.tree.map(lambda x: x[0], queue), step)
     slot = (step >= state.starts[1]).astype(jnp.int32)
-    out = (w_S, state.phase_ids[slot], state.kinds[slot], state.geometries[slot])
+    ids = (state.phase_ids[slot], state.kinds[slot], state.geometries[slot])
     model_state, losses_S, tokens_S = model(model_state, w_S, step, jax.random.fold_in(key, step))
     state = engine.update(spec, state, step, losses_S, tokens_S)
     queue = jax.tree.map(lambda q, x: jnp.concatenate([q[1:], x[None]]), queue,
                          engine.schedule(state))
-    return (state, model_state, queue), out
+    # Every snapshot valid for this step (read after update(step - 1 - lag) .. update(step)) must
+    # give the weights used: the decision-lag guarantee, checked on every simulated step.
+    agree = jax.vmap(lambda w_2xS, s_2: (s_2[0] <= step) & jnp.all(
+        engine.lookup(engine.Schedule(w_2xS, s_2), step) == w_S))(queue.weights, queue.starts)
+    return (state, model_state, queue), (w_S, *ids, jnp.all(agree))
 
   steps = first_step + jnp.arange(num_steps, dtype=jnp.int32)
-  (state, model_state, _), outs = jax.lax.scan(body, (state, model_state, queue), steps)
-  return state, model_state, outs
+  return jax.lax.scan(body, (state, model_state, queue), steps)
 
 
 def simulate(spec: config_lib.CurriculumSpec, key: jax.Array, num_steps: int,
              reward_model: SyntheticLosses | None = None, *,
-             resume: SimulationResult | None = None) -> SimulationResult:
-  """Runs the curriculum for ``num_steps`` steps against ``reward_model``, as one jitted scan.
+             resume: SimulationResult | None = None, chunk: int = 1000) -> SimulationResult:
+  """Runs the curriculum for ``num_steps`` steps against ``reward_model``, in jitted ``lax.scan``s.
+
+  The scan is compiled once for ``chunk`` steps (and once more for a remainder) and run
+  ``num_steps / chunk`` times, carrying everything between calls, so runs of any length share one
+  compilation. Each step looks up its weights in the schedule read after ``update(t - 1 - lag)``,
+  as the trainer's host does, then updates the curriculum with the model's losses and tokens.
 
   Args:
     spec: the curriculum.
     key: the run's key: ``init`` gets ``fold_in(key, 0)``, the model ``fold_in(key, 1)``.
-    num_steps: steps to simulate (static: one compilation per value).
-    reward_model: any callable ``(model_state, weights [S], step, key) -> (model_state, losses [S],
-      tokens [S])`` pytree with an ``init()``; default :func:`synthetic_losses` over ``num_steps``.
-    resume: continue after this result, from its curriculum and model states only (as a resumed
-      trainer does: the first lookups use the restored state's schedule). Same ``key`` required.
+    num_steps: steps to simulate.
+    reward_model: any callable pytree ``(model_state, weights [S], step, key) -> (model_state,
+      losses [S], tokens [S])`` with an ``init()``; default: the resumed run's, else
+      :func:`synthetic_losses` over ``num_steps``.
+    resume: continue after this result from its curriculum and model states only, as a resumed
+      trainer does (the first lookups use the restored state's schedule). Same ``key`` required.
+    chunk: steps per compiled scan.
 
   Returns:
     A :class:`SimulationResult`.
@@ -188,29 +209,39 @@ def simulate(spec: config_lib.CurriculumSpec, key: jax.Array, num_steps: int,
     ((2000, 16), 0.0, 0.0)
   """
   if reward_model is None:
-    reward_model = synthetic_losses(spec.num_sources, num_steps)
+    reward_model = (resume.reward_model if resume is not None
+                    else synthetic_losses(spec.num_sources, num_steps))
   if resume is None:
     state = engine.init(spec, jax.random.fold_in(key, 0))
     model_state, first = reward_model.init(), 0
   else:
     state, model_state, first = resume.state, resume.model_state, resume.next_step
-  state, model_state, (w, ids, kinds, geoms) = _scan(
-      spec, state, reward_model, model_state, jax.random.fold_in(key, 1), jnp.int32(first),
-      num_steps)
-  return SimulationResult(weights=np.asarray(w), phase_ids=np.asarray(ids), kinds=np.asarray(kinds),
-                          geometries=np.asarray(geoms), first_step=first, state=state,
-                          model_state=model_state)
+  queue = _host_queue(state, spec.decision_lag)
+  key_model = jax.random.fold_in(key, 1)
+  outs, done = [], 0
+  while done < num_steps:
+    n = min(chunk, num_steps - done)
+    (state, model_state, queue), out = _scan(spec, state, reward_model, model_state, queue,
+                                             key_model, jnp.int32(first + done), n)
+    outs.append(out)
+    done += n
+  w, ids, kinds, geoms, agree = (np.concatenate([np.asarray(o[i]) for o in outs]) for i in range(5))
+  return SimulationResult(weights=w, phase_ids=ids, kinds=kinds, geometries=geoms,
+                          lag_consistent=agree, first_step=first, state=state,
+                          model_state=model_state, reward_model=reward_model)
 
 
 SEED_TRIANGLE = ("hermes3-general", "gutenberg", "dictionary")
 """The source document's three-source example: H, G, D."""
 
 
-def seed_triangle_spec(config: ml_collections.ConfigDict | None = None) -> config_lib.CurriculumSpec:
+def seed_triangle_spec(config: ml_collections.ConfigDict | None = None
+                       ) -> config_lib.CurriculumSpec:
   """The seed's worked example as a curriculum: ``H >= 0.5``, ``D <= 0.25`` over (H, G, D).
 
   Its region is the quadrilateral (1,0,0), (0.5,0.5,0), (0.5,0.25,0.25), (0.75,0,0.25). The phase
-  and bandit fields come from ``config`` (a ``curriculum`` section; default :func:`curriculum_config`).
+  and bandit fields come from ``config`` (a ``curriculum`` section; default
+  :func:`curriculum_config`).
   """
   c = ml_collections.ConfigDict((config or config_lib.curriculum_config()).to_dict())
   g = ml_collections.ConfigDict()

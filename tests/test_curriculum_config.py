@@ -1,0 +1,196 @@
+"""The curriculum config section: ANDREA's geometries, overrides, validation messages, the spec."""
+
+import importlib.util
+import pathlib
+
+import jax
+import ml_collections
+import numpy as np
+import pytest
+from absl import flags
+from ml_collections import config_flags
+
+from andrea_jax import curriculum
+from andrea_jax.sources import SOURCES, WARMUP_SOURCES
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _idx(name):
+  return SOURCES.index(name)
+
+
+def test_andrea_geometries_match_the_source_document():
+  spec = curriculum.spec_from_config(curriculum.curriculum_config(curriculum.andrea_geometries()))
+  assert spec.geometry_names == ("v2_warmup", "v2_firehose", "v3_polish")
+  assert spec.starts.tolist() == [0, 20_000, 112_619]
+  warm = np.array([s in WARMUP_SOURCES for s in SOURCES])
+  assert warm.sum() == 7
+  np.testing.assert_array_equal(spec.uppers[0], warm.astype(float))   # 9 of 16 pinned at zero
+  np.testing.assert_array_equal(spec.lowers[:2], 0.0)
+  np.testing.assert_array_equal(spec.uppers[1], 1.0)
+  lower, upper = spec.lowers[2], spec.uppers[2]
+  assert lower[_idx("hermes3-general")] == 0.7 and upper[_idx("dictionary")] == 0.25
+  assert upper[_idx("repo-docs")] == 0 and upper[_idx("repo-docstrings")] == 0
+  assert np.count_nonzero(lower) == 1 and np.count_nonzero(upper < 1) == 3
+  assert spec.region(0).dim == 6 and spec.region(1).dim == 15 and spec.region(2).dim == 13
+
+
+def test_scaled_geometries_and_defaults():
+  assert curriculum.andrea_geometries(2000, 0.01).v3_polish.start_step == 1126
+  spec = curriculum.spec_from_config(curriculum.curriculum_config())
+  assert spec.starts.tolist() == [0, 200, 1126]
+  assert (spec.phase_min_steps, spec.phase_max_steps, spec.decision_lag) == (7, 42, 2)
+  assert spec.strategy == "andrea" and 0 < spec.random_share < 1
+  with pytest.raises(ValueError, match="do not fit increasing into total_steps=1000"):
+    curriculum.andrea_geometries(1000, 0.01)
+
+
+def test_strategy_sets_the_random_share():
+  shares = {}
+  for strategy in curriculum.STRATEGIES:
+    c = curriculum.curriculum_config()
+    c.strategy = strategy
+    shares[strategy] = curriculum.spec_from_config(c).random_share
+  assert shares["bandit_only"] == 0.0 and shares["random_only"] == 1.0
+  assert shares["andrea"] == curriculum.curriculum_config().random_share
+
+
+def test_single_geometry_starts_at_zero():
+  g = curriculum.single_geometry(curriculum.andrea_geometries(), "v3_polish")
+  assert list(g.keys()) == ["v3_polish"] and g.v3_polish.start_step == 0
+  spec = curriculum.spec_from_config(curriculum.curriculum_config(g))
+  assert spec.starts.tolist() == [0] and spec.lowers[0, _idx("hermes3-general")] == 0.7
+  assert curriculum.used_sources(spec) == tuple(
+      s for s in SOURCES if s not in ("repo-docs", "repo-docstrings"))
+
+
+def test_command_line_overrides(tmp_path):
+  cfg_file = tmp_path / "cfg.py"
+  cfg_file.write_text(
+      "import ml_collections\n"
+      "from andrea_jax.curriculum import andrea_geometries, curriculum_config\n"
+      "def get_config():\n"
+      "  c = ml_collections.ConfigDict()\n"
+      "  c.curriculum = curriculum_config(andrea_geometries())\n"
+      "  return c\n")
+  argv = [
+      "prog", f"--config={cfg_file}",
+      "--config.curriculum.geometries.v3_polish.floors.hermes3_general=0.6",
+      "--config.curriculum.geometries.v3_polish.ceilings.dictionary=0.1",
+      "--config.curriculum.geometries.v3_polish.exclude=repo-docs,extra-01",
+      "--config.curriculum.geometries.v2_firehose.start_step=30000",
+      "--config.curriculum.bandit.exploration=0.2",
+  ]
+  fv = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", None, "", flag_values=fv, lock_config=True,
+                                  sys_argv=argv)
+  fv(argv)
+  spec = curriculum.spec_from_config(fv.config.curriculum)
+  assert spec.starts.tolist() == [0, 30_000, 112_619]
+  assert spec.lowers[2, _idx("hermes3-general")] == 0.6
+  assert spec.uppers[2, _idx("dictionary")] == 0.1
+  assert spec.uppers[2, _idx("extra-01")] == 0 and spec.uppers[2, _idx("repo-docstrings")] == 1
+  assert spec.bandit.exploration == 0.2
+
+
+def _config(**geometry_fields):
+  c = curriculum.curriculum_config(curriculum.andrea_geometries())
+  for path, value in geometry_fields.items():
+    node = c
+    *parents, leaf = path.split("__")
+    for p in parents:
+      node = node[p]
+    node[leaf] = value
+  return c
+
+
+@pytest.mark.parametrize("fields,err,message", [
+    ({"geometries__v3_polish__floors__hermes3_general": 1.5}, ValueError,
+     "curriculum.geometries.v3_polish.floors.hermes3_general = 1.5 is outside [0, 1]"),
+    ({"geometries__v3_polish__ceilings__dictionary": float("nan")}, ValueError,
+     "curriculum.geometries.v3_polish.ceilings.dictionary must be finite, got nan"),
+    ({"geometries__v3_polish__floors__dictionary": 0.3}, ValueError,
+     "curriculum.geometries.v3_polish: ceiling 0.25 of 'dictionary' is under its floor 0.3"),
+    ({"geometries__v3_polish__floors__chat": 0.4}, ValueError,
+     "curriculum.geometries.v3_polish: floors sum to 1.1 > 1 for region 'v3_polish'"),
+    ({"geometries__v3_polish__exclude": "repo-docs,wikipedia"}, ValueError,
+     "unknown source 'wikipedia' in curriculum.geometries.v3_polish.exclude"),
+    ({"geometries__v2_warmup__only": "chat,hermes3_general"}, ValueError,
+     "unknown source 'hermes3_general' in curriculum.geometries.v2_warmup.only"),
+    ({"geometries__v2_firehose__start_step": 0}, ValueError,
+     "geometries 'v2_firehose' and 'v2_warmup' both start at step 0"),
+    ({"geometries__v2_firehose__start_step": 112_615}, ValueError,
+     "geometry 'v2_firehose' lasts 4 steps (from 112615 to 'v3_polish' at 112619), shorter than "
+     "phase_min_steps = 7"),
+    ({"geometries__v2_warmup__start_step": 10}, ValueError,
+     "no geometry starts at step 0 (the first, 'v2_warmup', starts at 10)"),
+    ({"strategy": "exp3"}, ValueError, "curriculum.strategy must be one of"),
+    ({"phase_min_steps": 3}, ValueError,
+     "curriculum.phase_min_steps = 3 must exceed decision_lag + 1 = 3"),
+    ({"phase_max_steps": 10}, ValueError,
+     "curriculum.phase_max_steps = 10 must be >= 2 * phase_min_steps - 1 = 13"),
+    ({"random_share": 1.5}, ValueError, "curriculum.random_share must be in [0, 1], got 1.5"),
+    ({"eta": 0.0}, ValueError, "curriculum.eta must be in (0, 1], got 0.0"),
+    ({"bandit__discount": 0.0}, ValueError, "bandit.discount must be in (0, 1], got 0.0"),
+])
+def test_validation_messages(fields, err, message):
+  with pytest.raises(err) as e:
+    curriculum.spec_from_config(_config(**fields))
+  assert message in str(e.value)
+
+
+def test_validation_of_types_and_missing_fields():
+  c = curriculum.curriculum_config(curriculum.andrea_geometries())
+  c.geometries.v2_firehose.start_step = None
+  with pytest.raises(ValueError, match=r"curriculum.geometries.v2_firehose.start_step is missing"):
+    curriculum.spec_from_config(c)
+  c = ml_collections.ConfigDict(curriculum.curriculum_config().to_dict(), type_safe=False)
+  c.phase_min_steps = "seven"
+  with pytest.raises(TypeError, match=r"curriculum.phase_min_steps must be an int, got 'seven'"):
+    curriculum.spec_from_config(c)
+  c.phase_min_steps = 7
+  c.geometries.v3_polish.floors.hermes3_general = "0.7"
+  with pytest.raises(TypeError, match=r"curriculum.geometries.v3_polish.floors.hermes3_general "
+                     r"must be a number, got '0.7'"):
+    curriculum.spec_from_config(c)
+  c = curriculum.curriculum_config(curriculum.andrea_geometries())
+  c.geometries.v3_polish.floors = ml_collections.ConfigDict({"hermes3_generale": 0.7})
+  with pytest.raises(ValueError, match=r"unknown source 'hermes3_generale' in "
+                     r"curriculum.geometries.v3_polish.floors"):
+    curriculum.spec_from_config(c)
+  c = curriculum.curriculum_config(ml_collections.ConfigDict())
+  with pytest.raises(ValueError, match="curriculum.geometries is empty"):
+    curriculum.spec_from_config(c)
+  with pytest.raises(ValueError, match="unknown source 'wiki' in floors of geometry 'g'"):
+    curriculum.geometry("g", 0, floors={"wiki": 0.1})
+
+
+def test_spec_is_hashable_by_content_and_a_pytree():
+  a = curriculum.spec_from_config(curriculum.curriculum_config())
+  b = curriculum.spec_from_config(curriculum.curriculum_config())
+  assert a == b and hash(a) == hash(b)
+  c = curriculum.curriculum_config()
+  c.eta = 0.5
+  other = curriculum.spec_from_config(c)
+  assert other != a
+  leaves, tree = jax.tree.flatten(a)
+  assert jax.tree.unflatten(tree, leaves) == a
+  # Same sources, geometry names and lag: one tree structure, so one compilation for both.
+  assert jax.tree.structure(other) == tree
+
+
+@pytest.mark.parametrize("name", ["v2_warmup", "v2_firehose", "v3_polish", "andrea_curriculum"])
+def test_experiment_configs(name):
+  path = ROOT / "experiments" / f"{name}.py"
+  module_spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  assert "python -m andrea_jax.curriculum --config experiments/" in module.__doc__
+  config = module.get_config()
+  spec = curriculum.spec_from_config(config.curriculum)
+  if name == "andrea_curriculum":
+    assert config.train.num_steps == 200_000
+    assert spec.geometry_names == ("v2_warmup", "v2_firehose", "v3_polish")
+  else:
+    assert spec.geometry_names == (name,) and spec.starts.tolist() == [0]
