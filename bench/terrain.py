@@ -1,10 +1,11 @@
 """Cost of the basin-width measurements and of the cliff detector, printed as one table.
 
 Every measurement runs on the model's next-token loss over one fixed batch and is reported in
-seconds per call and as a ratio to one gradient evaluation (``jax.value_and_grad`` of the same loss),
-the unit these analyses are naturally counted in: an HVP is about two gradients, Lanczos with ``m``
-steps about ``m`` HVPs, a 2-D slice of ``P x P`` points ``P^2`` forward passes. The cliff detector's
-row is one ``cliff_update`` (window 200, 16 sources) inside a scan, against the same gradient.
+seconds per call and as a ratio to one gradient evaluation (``jax.value_and_grad`` of the same
+loss), the unit these analyses are naturally counted in: an HVP is about two gradients, Lanczos
+with ``m`` steps about ``m`` HVPs, a 2-D slice of ``P x P`` points ``P^2`` forward passes. The cliff
+detector's row is one ``cliff_update`` (window 200, 16 sources) inside a scan, against the same
+gradient.
 
 CPU: ``tiny()`` in float32; only the ratios mean anything on a shared CPU.
 GPU: ``andrea_120m(attention_impl="xla")`` (124M parameters, float32) at B=8, T=1024.
