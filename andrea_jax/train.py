@@ -108,7 +108,7 @@ def _step_record(run: runconfig.Run, m: dict, weights: np.ndarray) -> dict:
       rec[f"curriculum/{k}"] = v.item()
   ev = m["cliff"]
   if bool(ev.flag):
-    rec["cliff/source"] = run.sources[int(ev.source)]
+    rec["cliff/source"] = run.sources[int(ev.source)] if int(ev.source) >= 0 else None
     rec["cliff/score"] = float(ev.score)
   return rec
 
