@@ -163,10 +163,12 @@ class BanditState:
 
 def init(num_sources: int) -> BanditState:
   """A bandit that has observed nothing: every source at the optimistic index."""
-  z = jnp.zeros((num_sources,), jnp.float32)
+  # One buffer per field: a state whose fields share a buffer cannot be donated.
+  z = lambda: jnp.zeros((num_sources,), jnp.float32)
   return BanditState(
-      counts=z, progress=z, ref_loss=z, ref_tokens=z, has_ref=jnp.zeros((num_sources,), bool),
-      win_loss=z, win_tokens=z, win_steps=jnp.zeros((), jnp.int32),
+      counts=z(), progress=z(), ref_loss=z(), ref_tokens=z(),
+      has_ref=jnp.zeros((num_sources,), bool), win_loss=z(), win_tokens=z(),
+      win_steps=jnp.zeros((), jnp.int32),
       last_progress=jnp.full((num_sources,), jnp.nan, jnp.float32))
 
 
@@ -252,14 +254,14 @@ def close_window(params: BanditParams, state: BanditState) -> BanditState:
   per_step = jnp.maximum(jnp.sum(state.win_tokens), 1.0) / steps
   nu = jnp.where(has_progress, jnp.minimum(between / per_step, 4.0 * steps), 0.0)
   decay = jnp.asarray(params.discount, jnp.float32) ** steps
-  z = jnp.zeros_like(state.win_tokens)
+  z = lambda: jnp.zeros_like(state.win_tokens)
   return state.replace(
       counts=decay * state.counts + nu,
       progress=decay * state.progress + nu * progress,
       ref_loss=jnp.where(observed, state.win_loss, state.ref_loss),
       ref_tokens=jnp.where(observed, state.win_tokens, state.ref_tokens),
       has_ref=state.has_ref | observed,
-      win_loss=z, win_tokens=z, win_steps=jnp.zeros_like(state.win_steps),
+      win_loss=z(), win_tokens=z(), win_steps=jnp.zeros_like(state.win_steps),
       last_progress=jnp.where(has_progress, progress, jnp.nan))
 
 

@@ -178,3 +178,11 @@ def test_state_is_a_plain_pytree_for_checkpoints(andrea_run):
   for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
     np.testing.assert_array_equal(x, y)
   assert all(isinstance(x, jax.Array) for x in jax.tree.leaves(state))
+
+
+def test_fresh_state_can_be_donated():
+  # The trainer donates its state: no two leaves may share a buffer.
+  state = curriculum.init(_spec(), jax.random.key(0))
+  pointers = [x.unsafe_buffer_pointer() for x in jax.tree.leaves(state)]
+  assert len(set(pointers)) == len(pointers)
+  jax.block_until_ready(jax.jit(lambda s: s, donate_argnums=0)(state))

@@ -139,9 +139,10 @@ def _phase_length(spec: CurriculumSpec, key: jax.Array, start: jax.Array) -> jax
 
 
 def _key_data(key: jax.Array) -> jax.Array:
+  # A copy: the state owns its buffer (it may be donated).
   if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-    return jax.random.key_data(key)
-  return jnp.asarray(key, jnp.uint32)
+    return jnp.array(jax.random.key_data(key), copy=True)
+  return jnp.array(key, jnp.uint32, copy=True)
 
 
 def init(spec: CurriculumSpec, key: jax.Array) -> CurriculumState:
