@@ -22,7 +22,7 @@ def test_defaults_are_valid_and_complete():
                 "workers"):
     assert field in cfg, field
   assert (cfg.tokenizer, cfg.corpus) == ("bytes", "builtin")
-  assert sorted(cfg.files.keys()) == sorted(SOURCES)
+  assert sorted(cfg.files.keys()) == sorted(s.replace("-", "_") for s in SOURCES)
   assert source_specs(cfg) == {}
 
 

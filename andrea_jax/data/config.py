@@ -31,6 +31,11 @@ CACHE_ENV = "ANDREA_JAX_CACHE"
 CORPORA = ("builtin", "files")
 
 
+def _key(source: str) -> str:
+  """The config key of a source: ``"repo-docs" -> "repo_docs"`` (``-`` does not survive flags)."""
+  return source.replace("-", "_")
+
+
 def default_cache_dir() -> str:
   """``$ANDREA_JAX_CACHE``, else ``$XDG_CACHE_HOME/andrea_jax``, else ``~/.cache/andrea_jax``."""
   if os.environ.get(CACHE_ENV):
@@ -55,8 +60,9 @@ def data_config() -> ml_collections.ConfigDict:
   c.tokenizer = "bytes"     # "bytes" (257 ids, no file), tokenizers .json or SentencePiece .model
   c.corpus = "builtin"      # "builtin" (synthetic, generated locally) or "files" (see `files`)
   c.builtin_scale = 1.0     # size of the built-in corpus: ~1 MB of text per source per unit
-  # corpus = "files": the inputs of each source (sources without paths are absent).
-  c.files = ml_collections.ConfigDict({s: _source_files() for s in SOURCES})
+  # corpus = "files": the inputs of each source (sources without paths are absent), keyed by the
+  # source name with "-" written "_" so that flags can reach them: --config.data.files.repo_docs.paths
+  c.files = ml_collections.ConfigDict({_key(s): _source_files() for s in SOURCES})
   # Where built-in and prepared data are cached (default from env ANDREA_JAX_CACHE).
   c.cache_dir = default_cache_dir()
   c.prepared_dir = ""       # directory prepared earlier; when set it is opened as is ("" = unused)
@@ -95,9 +101,10 @@ def validate_data_config(cfg: ml_collections.ConfigDict) -> None:
   for field in ("seq_len", "global_batch_size", "prefetch", "shard_tokens"):
     _positive_int(cfg, field)
   _positive_int(cfg, "workers", low=0)
-  unknown = sorted(set(cfg.files.keys()) - set(SOURCES))
+  unknown = sorted(set(cfg.files.keys()) - {_key(s) for s in SOURCES})
   if unknown:
-    raise ValueError(f"data.files has unknown sources {unknown}; the sources are {list(SOURCES)}")
+    raise ValueError(f"data.files has unknown sources {unknown}; the sources are "
+                     f"{[_key(s) for s in SOURCES]}")
   specs = source_specs(cfg)
   for name, spec in specs.items():
     try:
@@ -112,7 +119,7 @@ def source_specs(cfg: ml_collections.ConfigDict) -> dict[str, readers.SourceSpec
   """``SourceSpec`` of every source of ``cfg.files`` with paths set."""
   specs = {}
   for name in SOURCES:
-    f = cfg.files.get(name)
+    f = cfg.files.get(_key(name))
     if f is None or not f.paths:
       continue
     eval_fraction = cfg.eval_fraction if f.eval_fraction is None else f.eval_fraction
