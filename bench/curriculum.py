@@ -7,7 +7,8 @@ Rows, all measured in one run on the same device (on a CPU, read the ratios, not
 * ``train step``: the tiny model (``andrea_jax.model.tiny()``, B=16, T=256), forward + backward +
   ``optax.adamw``, jitted with the state donated; the reference (ratio 1).
 * ``train step + curriculum.update``: the same step with the update fused in, as the trainer runs it
-  (per-source mean losses and token counts from the batch); its extra cost is the update's real cost.
+  (per-source mean losses and token counts from the batch). The difference is the update's cost in
+  the step; below the machine's timing noise, read the scan row for the update's own compute.
 * ``update, jitted call``: one call from Python per step, on a step without and with a phase
   decision (dispatch overhead included).
 * ``update, in a lax.scan``: amortised over many steps, decisions included (one per ~24.5 steps).
@@ -138,7 +139,7 @@ def main():
   rows = [
       ("train step (tiny, B=16, T=256, fwd+bwd+AdamW)", train),
       ("train step + curriculum.update (fused)", seconds["fused"]),
-      ("  = update's extra cost in the step", seconds["fused"] - train),
+      ("  difference (timing noise dominates on a CPU)", seconds["fused"] - train),
       ("update, jitted call, no decision", seconds["call"]),
       ("update, jitted call, decision step", seconds["call_decision"]),
       (f"update, in a lax.scan (per step, {scan_steps} steps)", seconds["scan"] / scan_steps),

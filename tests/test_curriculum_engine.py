@@ -186,3 +186,16 @@ def test_fresh_state_can_be_donated():
   pointers = [x.unsafe_buffer_pointer() for x in jax.tree.leaves(state)]
   assert len(set(pointers)) == len(pointers)
   jax.block_until_ready(jax.jit(lambda s: s, donate_argnums=0)(state))
+
+
+def test_float32_state_under_x64():
+  # Tracing is enough to check every branch's dtypes (lax.cond and lax.switch trace them all).
+  with jax.enable_x64(True):
+    spec = _spec()
+    state = jax.eval_shape(curriculum.init, spec, jax.random.key(0))
+    new = jax.eval_shape(curriculum.update, spec, state, 5, jnp.ones(16), jnp.ones(16))
+    metrics = jax.eval_shape(curriculum.metrics, spec, new)
+  assert jax.tree.map(lambda x: x.dtype, new) == jax.tree.map(lambda x: x.dtype, state)
+  assert {x.dtype for x in jax.tree.leaves(new)} <= {
+      np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.uint32), np.dtype(bool)}
+  assert {x.dtype for x in jax.tree.leaves(metrics)} <= {np.dtype(np.float32), np.dtype(np.int32)}

@@ -194,12 +194,12 @@ def _decide(spec: CurriculumSpec, state: CurriculumState) -> CurriculumState:
 
   def bandit_phase():
     index_S = bandit_lib.ucb_index(spec.bandit, bandit)
-    scores_S = index_S + _TIE_NOISE * jax.random.uniform(k_tie, index_S.shape)
+    scores_S = index_S + _TIE_NOISE * jax.random.uniform(k_tie, index_S.shape, jnp.float32)
     vertex_S = simplex.greedy_vertex(scores_S, lower, upper)
-    return (1 - spec.eta) * here_S + spec.eta * vertex_S
+    return ((1 - spec.eta) * here_S + spec.eta * vertex_S).astype(jnp.float32)
 
   def fixed_phase():
-    return jnp.full_like(here_S, 1.0 / spec.num_sources)
+    return jnp.full((spec.num_sources,), 1.0 / spec.num_sources, jnp.float32)
 
   is_random = jax.random.uniform(k_kind) < spec.random_share
   kind = jnp.where(spec.strategy_code == STRATEGIES.index("static"), KIND_FIXED,
