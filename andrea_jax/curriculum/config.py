@@ -276,7 +276,10 @@ def _region(name: str, g, sources: Sequence[str]) -> tuple[int, Region]:
   keys = _keys(sources)
   bounds = {}
   for field, default in (("floors", 0.0), ("ceilings", 1.0)):
-    given = g.get(field) or {}
+    given = g.get(field)
+    given = {} if given is None else given
+    if not isinstance(given, (ml_collections.ConfigDict, Mapping)):
+      raise TypeError(f"{where}.{field} must map source names to weights, got {given!r}")
     bounds[field] = {}
     for k, v in dict(given).items():
       if k not in keys and k not in sources:
@@ -292,7 +295,7 @@ def _region(name: str, g, sources: Sequence[str]) -> tuple[int, Region]:
     if hi < lo:
       raise ValueError(f"{where}: ceiling {hi} of {s!r} is under its floor {lo}")
   only = g.get("only", "")
-  only = _split_names(f"{where}.only", only, sources) if only else None
+  only = _split_names(f"{where}.only", only, sources) if only != "" else None
   exclude = _split_names(f"{where}.exclude", g.get("exclude", ""), sources)
   try:
     region = Region.from_bounds(bounds["floors"], bounds["ceilings"], sources=sources,
@@ -353,7 +356,7 @@ def spec_from_config(config: ml_collections.ConfigDict, sources: Sequence[str] =
   names = [n for _, _, n in entries]
   if starts[0] != 0:
     raise ValueError(f"no geometry starts at step 0 (the first, {names[0]!r}, starts at "
-                     f"{starts[0]})")
+                     f"{starts[0]}); the start_step of each: {dict(zip(names, starts))}")
   for (s0, _, n0), (s1, _, n1) in zip(entries, entries[1:]):
     if s0 == s1:
       raise ValueError(f"geometries {n0!r} and {n1!r} both start at step {s0}")
