@@ -1,11 +1,19 @@
 """Checkpoints: orbax ``CheckpointManager`` (asynchronous, keep N) plus a checksum seal per step.
 
 Orbax writes each step into a temporary directory and renames it into place when complete, so a
-directory named after a step is a finished write. Orbax does not verify data on restore, so after each
+directory named after a step is a finished write; temporary directories left by a killed process are
+removed when the next :class:`Checkpoints` opens. Orbax does not verify data on restore, so after each
 write lands a background thread *seals* it: it records the size and SHA-256 of every file in
-``andrea_checksums.json`` (written atomically). On restore the newest checkpoint that passes
-verification wins; a damaged one (flipped byte, truncated or missing file, missing commit marker, a link
-pointing outside the directory) is skipped with a warning naming the file, and the one before it is used.
+``andrea_checksums.json`` (written atomically).
+
+On restore every candidate is checked before any array is read (:func:`verify`, then the stored
+shapes and dtypes against the run's state): no link or special file, the commit markers, the seal,
+well-formed JSON metadata. The newest checkpoint that passes wins; a damaged one (flipped byte,
+truncated or missing file, missing commit marker, a link pointing outside the directory, malformed
+metadata) is skipped with a warning naming the file and moved to ``damaged/`` so that the resumed run
+writes that step again. A checkpoint whose arrays do not fit the run (another configuration, absurd
+shapes, a dtype that is not the run's) is refused with :class:`CheckpointError`, and so is a directory
+whose checkpoints are all damaged: the run never silently restarts from scratch.
 """
 
 from __future__ import annotations
@@ -13,16 +21,27 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import shutil
+import stat
 import threading
 import time
 import warnings
 from typing import Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 SEAL = "andrea_checksums.json"
+DAMAGED = "damaged"   # where damaged checkpoints newer than the restored one are moved
 _COMMIT = "commit_success.txt"
+_SEAL_TMP = SEAL + ".tmp"
+# Orbax's JSON metadata, parsed by us (with a size cap) before orbax or tensorstore reads any of it.
+_REQUIRED_JSON = ("state/_METADATA", "meta/metadata")
+_OPTIONAL_JSON = ("_CHECKPOINT_METADATA", "state/_sharding")
+_MAX_JSON_BYTES = 64 << 20
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class CheckpointError(RuntimeError):
@@ -43,16 +62,19 @@ def _files(step_dir: str) -> list[str]:
     dirs.sort()
     for name in sorted(files):
       rel = os.path.relpath(os.path.join(root, name), step_dir)
-      if rel != SEAL:
+      if rel not in (SEAL, _SEAL_TMP):
         out.append(rel)
   return out
 
 
 def seal(step_dir: str) -> None:
-  """Write the checksum manifest of a finished checkpoint directory (atomically)."""
+  """Write the checksum manifest of a finished checkpoint directory (atomically).
+
+  ``andrea_checksums.json`` = ``{"version": 1, "files": {relative path: {"size", "sha256"}}}``.
+  """
   manifest = {rel: {"size": os.path.getsize(os.path.join(step_dir, rel)),
                     "sha256": _sha256(os.path.join(step_dir, rel))} for rel in _files(step_dir)}
-  tmp = os.path.join(step_dir, SEAL + ".tmp")
+  tmp = os.path.join(step_dir, _SEAL_TMP)
   with open(tmp, "w") as f:
     json.dump({"version": 1, "files": manifest}, f, indent=0, sort_keys=True)
     f.flush()
@@ -60,59 +82,131 @@ def seal(step_dir: str) -> None:
   os.replace(tmp, os.path.join(step_dir, SEAL))
 
 
-def verify(step_dir: str) -> str | None:
-  """Why ``step_dir`` cannot be trusted, or ``None`` if it can.
-
-  Checks, before any array is read: no link inside points outside the directory; orbax's commit
-  markers are present; and, when sealed, every file has its recorded size and SHA-256 and none is
-  missing. An unsealed checkpoint (a kill between the write and the seal) passes on its commit markers.
-  """
-  root = os.path.realpath(step_dir)
-  for dirpath, dirnames, filenames in os.walk(step_dir):
-    for name in dirnames + filenames:
-      p = os.path.join(dirpath, name)
-      if os.path.islink(p):
-        target = os.path.realpath(p)
-        if not (target == root or target.startswith(root + os.sep)):
-          return f"{p} is a link to {target}, outside the checkpoint"
-  for marker_dir in (step_dir, os.path.join(step_dir, "state"), os.path.join(step_dir, "meta")):
-    if not os.path.exists(os.path.join(marker_dir, _COMMIT)):
-      return f"{os.path.join(marker_dir, _COMMIT)} (commit marker) is missing"
-  seal_path = os.path.join(step_dir, SEAL)
-  if not os.path.exists(seal_path):
-    return None
+def _read_json(path: str) -> tuple[Any, str | None]:
+  """``(value, None)``, or ``(None, why)`` for a missing, huge or malformed JSON file."""
   try:
-    with open(seal_path) as f:
-      manifest = json.load(f)["files"]
-  except (OSError, ValueError, KeyError, TypeError) as e:
-    return f"{seal_path} is unreadable ({e})"
-  for rel, want in sorted(manifest.items()):
+    size = os.path.getsize(path)
+    if size > _MAX_JSON_BYTES:
+      return None, f"{path} holds {size} bytes of metadata (more than {_MAX_JSON_BYTES})"
+    with open(path, "rb") as f:
+      return json.loads(f.read()), None
+  except FileNotFoundError:
+    return None, f"{path} is missing"
+  except (OSError, ValueError) as e:   # JSONDecodeError and UnicodeDecodeError are ValueErrors
+    return None, f"{path} is not valid JSON ({e})"
+
+
+def _seal_problem(step_dir: str, seal_path: str) -> str | None:
+  """Why the seal is unusable or a file disagrees with it; ``None`` if every file matches."""
+  manifest, why = _read_json(seal_path)
+  if why:
+    return why
+  files = manifest.get("files") if isinstance(manifest, dict) else None
+  if not isinstance(files, dict):
+    return f"{seal_path} is malformed (no 'files' object)"
+  for rel, want in files.items():
+    # A hostile seal must not make us open anything outside the checkpoint.
+    parts = rel.replace("\\", "/").split("/")
+    if os.path.isabs(rel) or ".." in parts or "" in parts or rel in (SEAL, _SEAL_TMP):
+      return f"{seal_path} lists {rel!r}, a path outside the checkpoint"
+    if (not isinstance(want, dict) or isinstance(want.get("size"), bool)
+        or not isinstance(want.get("size"), int) or want["size"] < 0
+        or not isinstance(want.get("sha256"), str) or not _SHA256.fullmatch(want["sha256"])):
+      return f"{seal_path} has a malformed entry for {rel!r}: {want!r}"
+  for rel, want in sorted(files.items()):
     p = os.path.join(step_dir, rel)
-    if not os.path.exists(p):
+    if not os.path.isfile(p):
       return f"{p} is missing"
     size = os.path.getsize(p)
     if size != want["size"]:
       return f"{p} has {size} bytes, {want['size']} were written"
     if _sha256(p) != want["sha256"]:
       return f"{p} does not match its SHA-256"
-  extra = sorted(set(_files(step_dir)) - set(manifest))
+  extra = sorted(set(_files(step_dir)) - set(files))
   if extra:
     return f"{os.path.join(step_dir, extra[0])} was not part of the checkpoint"
   return None
 
 
+def verify(step_dir: str) -> str | None:
+  """Why ``step_dir`` cannot be trusted, or ``None`` if it can.
+
+  Checks, in this order and before any array is read: the directory is not itself a link; nothing
+  inside is a link pointing outside it or a special file (FIFO, device, socket); orbax's commit
+  markers are present; when sealed, the seal is well formed, names only files inside the directory,
+  and every file has its recorded size and SHA-256, none missing and none added; orbax's JSON
+  metadata (``state/_METADATA``, ``meta/metadata``, ``_CHECKPOINT_METADATA``, ``state/_sharding``,
+  ``state/array_metadatas/*``) parses. An unsealed checkpoint (a kill between the write and the seal)
+  is trusted on its commit markers and metadata.
+
+  Example:
+    >>> verify("runs/tiny/checkpoints/250") is None
+    True
+  """
+  if os.path.islink(step_dir):
+    return f"{step_dir} is a link to {os.path.realpath(step_dir)}, not a checkpoint directory"
+  if not os.path.isdir(step_dir):
+    return f"{step_dir} is not a directory"
+  root = os.path.realpath(step_dir)
+  for dirpath, dirnames, filenames in os.walk(step_dir):
+    for name in dirnames + filenames:
+      p = os.path.join(dirpath, name)
+      mode = os.lstat(p).st_mode
+      if stat.S_ISLNK(mode):
+        target = os.path.realpath(p)
+        if not (target == root or target.startswith(root + os.sep)):
+          return f"{p} is a link to {target}, outside the checkpoint"
+      elif not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        return f"{p} is not a regular file"
+  for marker_dir in (step_dir, os.path.join(step_dir, "state"), os.path.join(step_dir, "meta")):
+    if not os.path.isfile(os.path.join(marker_dir, _COMMIT)):
+      return f"{os.path.join(marker_dir, _COMMIT)} (commit marker) is missing"
+  seal_path = os.path.join(step_dir, SEAL)
+  if os.path.exists(seal_path):
+    problem = _seal_problem(step_dir, seal_path)
+    if problem:
+      return problem
+  array_dir = os.path.join(step_dir, "state", "array_metadatas")
+  optional = list(_OPTIONAL_JSON)
+  if os.path.isdir(array_dir):
+    optional += [f"state/array_metadatas/{n}" for n in sorted(os.listdir(array_dir))]
+  for rel in _REQUIRED_JSON + tuple(optional):
+    p = os.path.join(step_dir, rel)
+    if rel in optional and not os.path.exists(p):
+      continue
+    value, why = _read_json(p)
+    if why:
+      return why
+    if not isinstance(value, dict):
+      return f"{p} holds a JSON {type(value).__name__}, not an object"
+  return None
+
+
 class Checkpoints:
-  """Asynchronous checkpoints of a pytree ``state`` and a JSON ``meta`` dict under ``directory``."""
+  """Asynchronous checkpoints of a pytree ``state`` and a JSON ``meta`` dict under ``directory``.
+
+  Example:
+    >>> ckpts = Checkpoints("runs/tiny/checkpoints", keep=3)
+    >>> ckpts.save(250, state, {"step": 250})          # returns once the arrays are copied
+    >>> step, state, meta = ckpts.restore_latest(abstract_state)
+    >>> ckpts.close()
+  """
 
   def __init__(self, directory: str, *, keep: int = 3):
     self.directory = os.path.abspath(directory)
+    self._primary = jax.process_index() == 0
+    if self._primary and os.path.isdir(self.directory):
+      # A kill while sealing leaves the seal's temporary file; orbax removes its own temporaries.
+      for name in os.listdir(self.directory):
+        leftover = os.path.join(self.directory, name, _SEAL_TMP)
+        if name.isdigit() and os.path.isfile(leftover) and not os.path.islink(leftover):
+          os.remove(leftover)
     options = ocp.CheckpointManagerOptions(
         max_to_keep=keep, enable_async_checkpointing=True, cleanup_tmp_directories=True, create=True)
     self._mngr = ocp.CheckpointManager(
         self.directory, options=options,
         item_handlers={"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()})
     self._sealers: list[threading.Thread] = []
-    self._primary = jax.process_index() == 0
 
   def all_steps(self) -> list[int]:
     return sorted(self._mngr.all_steps())
@@ -148,32 +242,58 @@ class Checkpoints:
   def restore_latest(self, abstract_state: Any) -> tuple[int, Any, dict] | None:
     """``(step, state, meta)`` of the newest trustworthy checkpoint, or ``None`` if there is none.
 
-    ``abstract_state`` (``jax.ShapeDtypeStruct`` leaves, with shardings) fixes the structure, shapes
-    and placement; a checkpoint whose arrays do not match it raises :class:`CheckpointError`.
+    ``abstract_state`` (``jax.ShapeDtypeStruct`` leaves, with shardings) fixes the structure, shapes,
+    dtypes and placement. Damaged checkpoints newer than the one restored are skipped with a warning
+    and moved to ``damaged/``. Raises :class:`CheckpointError`, before reading any array, when the
+    newest intact checkpoint does not match ``abstract_state``, or when there are checkpoints but
+    every one is damaged.
     """
+    damaged = []
     for step in reversed(self.all_steps()):
       step_dir = os.path.join(self.directory, str(step))
       problem = verify(step_dir)
       if problem is not None:
         warnings.warn(f"skipping damaged checkpoint {step_dir}: {problem}", stacklevel=2)
+        damaged.append((step, problem))
         continue
-      _check_shapes(self._mngr, step, abstract_state, step_dir)
+      _check_arrays(self._mngr, step, abstract_state, step_dir)
       restored = self._mngr.restore(step, args=ocp.args.Composite(
           state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
+      if self._primary:
+        self._set_aside([s for s, _ in damaged])
+        if not os.path.exists(os.path.join(step_dir, SEAL)):
+          seal(step_dir)   # killed before its seal: seal it now, so later damage is detected
       return step, restored.state, restored.meta
+    if damaged:
+      listing = "; ".join(f"step {s}: {p}" for s, p in damaged)
+      raise CheckpointError(
+          f"every checkpoint in {self.directory} is damaged ({listing}). Move the directory away to "
+          "start the run from scratch.")
     return None
+
+  def _set_aside(self, steps: list[int]) -> None:
+    """Move damaged steps to ``damaged/<step>.<time>``: the run writes them again as it goes."""
+    if not steps:
+      return
+    aside = os.path.join(self.directory, DAMAGED)
+    os.makedirs(aside, exist_ok=True)
+    for step in steps:
+      shutil.move(os.path.join(self.directory, str(step)),
+                  os.path.join(aside, f"{step}.{time.time_ns()}"))
+    self._mngr.reload()
 
   def close(self) -> None:
     self.wait()
     self._mngr.close()
 
 
-def _check_shapes(mngr, step: int, abstract_state: Any, step_dir: str) -> None:
-  """Compare the stored array metadata with the run's state before reading any array."""
+def _check_arrays(mngr, step: int, abstract_state: Any, step_dir: str) -> None:
+  """Compare the stored array metadata (shapes, dtypes) with the run's state before reading any."""
   try:
     stored = mngr.item_metadata(step)["state"]
-  except Exception as e:  # orbax raises several types for unreadable metadata
-    raise CheckpointError(f"cannot read the metadata of {step_dir}/state: {e}") from e
+  except Exception as e:  # orbax and tensorstore raise several types for unreadable metadata
+    why = str(e).split(" [tensorstore_spec=")[0]   # drop tensorstore's long spec dump
+    raise CheckpointError(f"cannot read the array metadata of {step_dir}/state: {why}") from e
   if stored is None:
     raise CheckpointError(f"{step_dir}/state has no array metadata")
   is_meta = lambda x: hasattr(x, "shape") and hasattr(x, "dtype")
@@ -182,12 +302,22 @@ def _check_shapes(mngr, step: int, abstract_state: Any, step_dir: str) -> None:
   for path, leaf in jax.tree_util.tree_flatten_with_path(abstract_state)[0]:
     name = _dotted(path)
     got = have.get(name)
-    if got is None:
-      raise CheckpointError(f"{step_dir}: the checkpoint has no entry {name!r}; it was written by a "
+    if got is None or not is_meta(got):
+      raise CheckpointError(f"{step_dir}: the checkpoint has no array {name!r}; it was written by a "
                             "different configuration")
     if tuple(got.shape) != tuple(leaf.shape):
       raise CheckpointError(f"{step_dir}: {name!r} has shape {tuple(got.shape)} in the checkpoint but "
                             f"{tuple(leaf.shape)} in this run's configuration")
+    if not _same_dtype(got.dtype, leaf.dtype):
+      raise CheckpointError(f"{step_dir}: {name!r} has dtype {got.dtype} in the checkpoint but "
+                            f"{leaf.dtype} in this run's configuration")
+
+
+def _same_dtype(a, b) -> bool:
+  try:
+    return np.dtype(a) == np.dtype(b)
+  except TypeError:   # extended dtypes (typed PRNG keys) have no numpy dtype
+    return str(a) == str(b)
 
 
 def _dotted(path) -> str:
