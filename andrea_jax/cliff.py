@@ -112,8 +112,8 @@ class CliffConfig:
 
     if not is_int(self.window) or self.window < 3:
       raise ValueError(f"cliff.window must be an int >= 3, got {self.window!r}")
-    if not is_num(self.threshold) or not self.threshold > 0:
-      raise ValueError(f"cliff.threshold must be a number > 0, got {self.threshold!r}")
+    if not is_num(self.threshold) or not 0 < self.threshold < float("inf"):
+      raise ValueError(f"cliff.threshold must be a finite number > 0, got {self.threshold!r}")
     if not is_num(self.min_relative_drop) or not 0 <= self.min_relative_drop < 1:
       raise ValueError(
           f"cliff.min_relative_drop must be in [0, 1), got {self.min_relative_drop!r}")

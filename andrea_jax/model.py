@@ -93,8 +93,9 @@ class ModelConfig:
       raise ValueError(f"ModelConfig.remat must be a bool; got {self.remat!r}")
     for name in ("init_std", "layer_norm_eps"):
       value = getattr(self, name)
-      if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"ModelConfig.{name} must be a positive number; got {value!r}")
+      if (isinstance(value, bool) or not isinstance(value, (int, float))
+          or not 0 < value < float("inf")):
+        raise ValueError(f"ModelConfig.{name} must be a positive finite number; got {value!r}")
 
   @property
   def padded_vocab_size(self) -> int:
