@@ -82,6 +82,13 @@ def _positive_int(cfg: ml_collections.ConfigDict, field: str, low: int = 1) -> N
     raise ValueError(f"data.{field} must be an integer >= {low}, got {value!r}")
 
 
+def _number(cfg: ml_collections.ConfigDict, field: str) -> float:
+  value = cfg[field]
+  if isinstance(value, bool) or not isinstance(value, (int, float)):
+    raise TypeError(f"data.{field} must be a number, got {value!r}")
+  return float(value)
+
+
 def validate_data_config(cfg: ml_collections.ConfigDict) -> None:
   """Raises ``ValueError`` naming the field (``data.<field>``) and the offending value."""
   if not isinstance(cfg.tokenizer, str) or not cfg.tokenizer:
@@ -90,17 +97,19 @@ def validate_data_config(cfg: ml_collections.ConfigDict) -> None:
     raise ValueError(f"data.tokenizer: no file {cfg.tokenizer!r} (and not 'bytes')")
   if cfg.corpus not in CORPORA:
     raise ValueError(f"data.corpus must be one of {CORPORA}, got {cfg.corpus!r}")
-  if not 0.0 < float(cfg.builtin_scale) <= 1000.0:
+  if not 0.0 < _number(cfg, "builtin_scale") <= 1000.0:
     raise ValueError(f"data.builtin_scale must lie in (0, 1000], got {cfg.builtin_scale!r}")
   if not cfg.cache_dir:
     raise ValueError("data.cache_dir is empty")
   if cfg.prepared_dir and not os.path.isdir(os.path.expanduser(cfg.prepared_dir)):
     raise ValueError(f"data.prepared_dir: no directory {cfg.prepared_dir!r}")
-  if not 0.0 <= float(cfg.eval_fraction) <= 0.5:
+  if not 0.0 <= _number(cfg, "eval_fraction") <= 0.5:
     raise ValueError(f"data.eval_fraction must lie in [0, 0.5], got {cfg.eval_fraction!r}")
   for field in ("seq_len", "global_batch_size", "prefetch", "shard_tokens"):
     _positive_int(cfg, field)
   _positive_int(cfg, "workers", low=0)
+  if not isinstance(cfg.verify, bool):
+    raise TypeError(f"data.verify must be True or False, got {cfg.verify!r}")
   unknown = sorted(set(cfg.files.keys()) - {_key(s) for s in SOURCES})
   if unknown:
     raise ValueError(f"data.files has unknown sources {unknown}; the sources are "
