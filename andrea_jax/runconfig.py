@@ -66,6 +66,9 @@ def validate_train_config(cfg: ml_collections.ConfigDict) -> None:
   _positive_int("train", cfg, "checkpoint_every", minimum=0)
   _positive_int("train", cfg, "keep_checkpoints")
   _positive_int("train", cfg, "max_nonfinite_steps")
+  for name in ("progress_bar", "plot"):
+    if not isinstance(cfg[name], bool):
+      raise TypeError(f"train.{name} must be True or False, got {cfg[name]!r}")
 
 
 def validate_eval_config(cfg: ml_collections.ConfigDict) -> None:
@@ -76,15 +79,26 @@ def validate_eval_config(cfg: ml_collections.ConfigDict) -> None:
   t = cfg.temperature
   if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0 or t != t or t == float("inf"):
     raise ValueError(f"eval.temperature must be a finite number > 0, got {t!r}")
-  if isinstance(cfg.prompts, str) or not all(isinstance(p, str) and p for p in cfg.prompts):
+  if (not isinstance(cfg.prompts, (list, tuple))
+      or not all(isinstance(p, str) and p for p in cfg.prompts)):
     raise TypeError(f"eval.prompts must be a list of non-empty strings, got {cfg.prompts!r}")
 
 
 def model_config(config: ml_collections.ConfigDict, vocab_size: int | None = None) -> ModelConfig:
-  """The frozen ``ModelConfig``; ``model.vocab_size = 0`` takes ``vocab_size`` (the tokenizer's)."""
+  """The frozen ``ModelConfig``; ``model.vocab_size = 0`` takes ``vocab_size`` (the tokenizer's).
+
+  An explicit ``model.vocab_size`` below the tokenizer's is refused: larger ids would index past the
+  embedding table (and turn the loss into NaN).
+  """
   fields = config.model.to_dict()
-  if fields.get("vocab_size") == 0:
-    fields["vocab_size"] = vocab_size if vocab_size else _tokenizer_vocab(config.data.tokenizer)
+  v = fields.get("vocab_size")
+  if type(v) is int and v >= 0:   # other values are ModelConfig's to reject
+    tokenizer_vocab = vocab_size if vocab_size else _tokenizer_vocab(config.data.tokenizer)
+    if v == 0:
+      fields["vocab_size"] = tokenizer_vocab
+    elif v < tokenizer_vocab:
+      raise ValueError(f"model.vocab_size = {v} is smaller than the {tokenizer_vocab} ids of "
+                       f"data.tokenizer = {config.data.tokenizer!r} (0 takes the tokenizer's size)")
   return ModelConfig.from_dict(fields)
 
 
