@@ -125,7 +125,7 @@ def _config(**geometry_fields):
      "phase_min_steps = 7"),
     ({"geometries__v2_warmup__start_step": 10}, ValueError,
      "no geometry starts at step 0 (the first, 'v2_warmup', starts at 10)"),
-    ({"strategy": "exp3"}, ValueError, "curriculum.strategy must be one of"),
+    ({"strategy": "doremi"}, ValueError, "curriculum.strategy must be one of"),
     ({"phase_min_steps": 3}, ValueError,
      "curriculum.phase_min_steps = 3 must exceed decision_lag + 1 = 3"),
     ({"phase_max_steps": 10}, ValueError,

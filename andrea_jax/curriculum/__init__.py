@@ -10,10 +10,14 @@ The interface the trainer calls (all pure; ``update``, ``exclude`` and ``metrics
   state = curriculum.exclude(spec, state, mask_S)                         # extra exclusions
   m = curriculum.metrics(spec, state)                                     # small arrays to log
 
+Strategies (``curriculum.strategy``): ``"andrea"`` (random and bandit phases), ``"bandit_only"``,
+``"random_only"``, ``"static"`` (the uniform mixture projected onto each region) and ``"exp3"``
+(ODM's online data mixing: EXP3 on the per-source training loss, projected onto each region).
+
 Modules: :mod:`.config` (the config section, geometry builders, validation into a
-:class:`CurriculumSpec`), :mod:`.engine` (phases and geometries), :mod:`.simulate` (the curriculum
-against a synthetic reward model, in one ``lax.scan``), :mod:`.plots`; ``python -m
-andrea_jax.curriculum`` runs the simulator.
+:class:`CurriculumSpec`), :mod:`.engine` (phases and geometries), :mod:`.exp3` (the EXP3 mixer's
+pure functions), :mod:`.simulate` (the curriculum against a synthetic reward model, in one
+``lax.scan``), :mod:`.plots`; ``python -m andrea_jax.curriculum`` runs the simulator.
 """
 
 from andrea_jax.curriculum.config import (
@@ -22,6 +26,7 @@ from andrea_jax.curriculum.config import (
     andrea_geometries,
     bandit_section,
     curriculum_config,
+    exp3_section,
     geometry,
     single_geometry,
     source_key,
@@ -31,6 +36,7 @@ from andrea_jax.curriculum.config import (
 )
 from andrea_jax.curriculum.engine import (
     KIND_BANDIT,
+    KIND_EXP3,
     KIND_FIXED,
     KIND_NAMES,
     KIND_RANDOM,
@@ -47,7 +53,8 @@ from andrea_jax.curriculum.engine import (
 
 __all__ = [
     "STRATEGIES", "CurriculumSpec", "andrea_geometries", "bandit_section", "curriculum_config",
-    "geometry", "single_geometry", "source_key", "spec_from_config", "used_sources", "validate",
-    "KIND_BANDIT", "KIND_FIXED", "KIND_NAMES", "KIND_RANDOM", "CurriculumState", "Schedule",
-    "exclude", "init", "lookup", "metrics", "schedule", "update", "weights_at",
+    "exp3_section", "geometry", "single_geometry", "source_key", "spec_from_config",
+    "used_sources", "validate",
+    "KIND_BANDIT", "KIND_EXP3", "KIND_FIXED", "KIND_NAMES", "KIND_RANDOM", "CurriculumState",
+    "Schedule", "exclude", "init", "lookup", "metrics", "schedule", "update", "weights_at",
 ]

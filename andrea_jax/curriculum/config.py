@@ -30,10 +30,11 @@ import ml_collections
 import numpy as np
 
 from andrea_jax.bandit import BanditParams
+from andrea_jax.curriculum.exp3 import Exp3Params
 from andrea_jax.simplex import Region
 from andrea_jax.sources import POLISH_EXCLUDED, SOURCES, WARMUP_SOURCES, check_sources
 
-STRATEGIES = ("andrea", "bandit_only", "random_only", "static")
+STRATEGIES = ("andrea", "bandit_only", "random_only", "static", "exp3")
 
 # The source document's three regimes (SPEC §5): start steps of the full 200K-step run.
 FIREHOSE_START = 20_000
@@ -144,17 +145,28 @@ def bandit_section(params: BanditParams = BanditParams()) -> ml_collections.Conf
   return b
 
 
+def exp3_section(params: Exp3Params = Exp3Params()) -> ml_collections.ConfigDict:
+  """The EXP3 mixer's knobs (strategy ``"exp3"``; see :mod:`andrea_jax.curriculum.exp3`)."""
+  e = ml_collections.ConfigDict()
+  e.smoothing = params.smoothing  # alpha in [0, 1): weight of the past in the smoothed losses
+  e.lr_scale = params.lr_scale  # c >= 0: exponential-weights rate c * eps_{t-1}; 1 = ODM
+  return e
+
+
 def curriculum_config(geometries: ml_collections.ConfigDict | None = None
                       ) -> ml_collections.ConfigDict:
   """The ``curriculum`` section; by default the three regimes scaled to the 2000-step tiny run."""
   c = ml_collections.ConfigDict()
-  c.strategy = "andrea"  # "andrea" (random + bandit phases), "bandit_only", "random_only", "static"
+  # "andrea" (random + bandit phases), "bandit_only", "random_only", "static" (the uniform mixture
+  # projected onto each region) or "exp3" (ODM's EXP3 mixture projected onto each region)
+  c.strategy = "andrea"
   c.phase_min_steps = 7  # shortest phase, steps (> decision_lag + 1)
   c.phase_max_steps = 42  # longest phase, steps; lengths are uniform in [min, max]
   c.random_share = 0.25  # probability that a phase is random ("andrea" only; 0/1 for the others)
   c.eta = 0.3  # bandit phase: w <- (1 - eta) w + eta v, v the UCB-optimal vertex; in (0, 1]
   c.decision_lag = 2  # steps between a phase's decision and its start (host-side batch prefetch)
   c.bandit = bandit_section()
+  c.exp3 = exp3_section()  # strategy "exp3" only
   # regions of the simplex keyed by name, each in force from its start_step (steps) on
   c.geometries = geometries if geometries is not None else andrea_geometries(2000, 0.01)
   return c
@@ -179,6 +191,7 @@ class CurriculumSpec:
     eta: bandit step size toward the UCB vertex.
     decision_lag: steps between a phase's decision and its start.
     bandit: the bandit's parameters.
+    exp3: the EXP3 mixer's parameters (strategy ``"exp3"``).
   """
   sources: tuple[str, ...]
   geometry_names: tuple[str, ...]
@@ -192,9 +205,10 @@ class CurriculumSpec:
   eta: float
   decision_lag: int
   bandit: BanditParams
+  exp3: Exp3Params = Exp3Params()
 
   _LEAVES = ("starts", "lowers", "uppers", "strategy_code", "phase_min_steps", "phase_max_steps",
-             "random_share", "eta", "bandit")
+             "random_share", "eta", "bandit", "exp3")
 
   def tree_flatten(self):
     return (tuple(getattr(self, n) for n in self._LEAVES),
@@ -213,7 +227,7 @@ class CurriculumSpec:
     return (self.sources, self.geometry_names, np.asarray(self.starts).tobytes(),
             np.asarray(self.lowers).tobytes(), np.asarray(self.uppers).tobytes(),
             self.strategy_code, self.phase_min_steps, self.phase_max_steps, self.random_share,
-            self.eta, self.decision_lag, self.bandit)
+            self.eta, self.decision_lag, self.bandit, self.exp3)
 
   def __eq__(self, other):
     return isinstance(other, CurriculumSpec) and self._key() == other._key()
@@ -346,6 +360,11 @@ def spec_from_config(config: ml_collections.ConfigDict, sources: Sequence[str] =
   if set(b) - fields:
     raise ValueError(f"curriculum.bandit has unknown fields {sorted(set(b) - fields)}")
   bandit = BanditParams(**b)
+  e = dict(c.exp3) if "exp3" in c else {}
+  fields = {f.name for f in dataclasses.fields(Exp3Params)}
+  if set(e) - fields:
+    raise ValueError(f"curriculum.exp3 has unknown fields {sorted(set(e) - fields)}")
+  exp3 = Exp3Params(**e)
 
   geometries = c.geometries
   if not geometries or not len(geometries.keys()):
@@ -363,10 +382,11 @@ def spec_from_config(config: ml_collections.ConfigDict, sources: Sequence[str] =
     if s1 - s0 < lo:
       raise ValueError(f"geometry {n0!r} lasts {s1 - s0} steps (from {s0} to {n1!r} at {s1}), "
                        f"shorter than phase_min_steps = {lo}")
-  share = {"andrea": share, "bandit_only": 0.0, "random_only": 1.0, "static": 0.0}[strategy]
+  share = {"andrea": share, "bandit_only": 0.0, "random_only": 1.0, "static": 0.0,
+           "exp3": 0.0}[strategy]
   return CurriculumSpec(
       sources=sources, geometry_names=tuple(names), starts=np.array(starts, np.int32),
       lowers=np.stack([r.lower for _, r, _ in entries]),
       uppers=np.stack([r.upper for _, r, _ in entries]),
       strategy_code=STRATEGIES.index(strategy), phase_min_steps=lo, phase_max_steps=hi,
-      random_share=float(share), eta=float(eta), decision_lag=lag, bandit=bandit)
+      random_share=float(share), eta=float(eta), decision_lag=lag, bandit=bandit, exp3=exp3)

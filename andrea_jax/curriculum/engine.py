@@ -9,7 +9,17 @@ weight vector ``w`` (a point of the region in force when it starts):
 * a *bandit* phase moves toward the UCB-optimal vertex ``v`` of the region
   (:func:`andrea_jax.simplex.greedy_vertex` of the bandit's indices, ties broken at random):
   ``w <- (1 - eta) w + eta v``;
-* strategy ``"static"``: the projection of the uniform mixture onto the region, every phase.
+* strategy ``"static"``: the projection of the uniform mixture onto the region, every phase (with
+  ANDREA's geometries this is *not* one uniform mixture over the run's sources: 1/7 on the seven
+  warmup sources, then 1/16 each, then the polish region's projection, ``hermes3-general`` at 0.7
+  and 0.3/13 on each of the 13 other allowed sources; a single full-simplex geometry gives the
+  uniform mixture);
+* strategy ``"exp3"``: ODM's EXP3 distribution (:mod:`andrea_jax.curriculum.exp3`) at the phase's
+  start, projected onto the region. Its statistics (smoothed losses, importance-weighted rewards)
+  are updated at *every* step, with the weights that step's batch was drawn from; the mixture itself
+  changes once per phase, as every strategy's does (the decision lag lets the host build batches
+  ahead, so no weight can change between a decision and its phase's start). Phases of 4 to 7 steps
+  (``phase_min_steps = 4, phase_max_steps = 7``) come closest to ODM's per-step updates.
 
 The first phase (step 0) is the projection of the uniform mixture onto the first region.
 
@@ -48,12 +58,14 @@ import numpy as np
 
 from andrea_jax import bandit as bandit_lib
 from andrea_jax import simplex
+from andrea_jax.curriculum import exp3 as exp3_lib
 from andrea_jax.curriculum.config import STRATEGIES, CurriculumSpec
 
-KIND_RANDOM, KIND_BANDIT, KIND_FIXED = 0, 1, 2
-"""Kinds: a uniform jump, a step toward the UCB vertex, a fixed point (first phase, static)."""
+KIND_RANDOM, KIND_BANDIT, KIND_FIXED, KIND_EXP3 = 0, 1, 2, 3
+"""Kinds: a uniform jump, a step toward the UCB vertex, a fixed point (first phase, static), and
+an EXP3 distribution."""
 
-KIND_NAMES = ("random", "bandit", "fixed")
+KIND_NAMES = ("random", "bandit", "fixed", "exp3")
 
 # Random tie-breaking of equal UCB indices (e.g. before any observation): far below any real gap.
 _TIE_NOISE = 1e-6
@@ -87,6 +99,7 @@ class CurriculumState:
     excluded: ``[S]`` bool, extra exclusions in force (:func:`exclude`).
     rejected: ``[S]`` bool, exclusions refused because the region would have become empty.
     bandit: the bandit's statistics.
+    exp3: the EXP3 mixer's statistics (kept by every strategy: O(S) per step).
   """
   step: jax.Array
   weights: jax.Array
@@ -99,6 +112,7 @@ class CurriculumState:
   excluded: jax.Array
   rejected: jax.Array
   bandit: bandit_lib.BanditState
+  exp3: exp3_lib.Exp3State
 
 
 def _tables(spec: CurriculumSpec):
@@ -169,7 +183,7 @@ def init(spec: CurriculumSpec, key: jax.Array) -> CurriculumState:
       kinds=jnp.full((2,), KIND_FIXED, jnp.int32), geometries=jnp.zeros((2,), jnp.int32),
       phase_ids=jnp.zeros((2,), jnp.int32), next_start=length, key=key,
       excluded=jnp.zeros((num,), bool), rejected=jnp.zeros((num,), bool),
-      bandit=bandit_lib.init(num))
+      bandit=bandit_lib.init(num), exp3=exp3_lib.init(num))
 
 
 def _decide(spec: CurriculumSpec, state: CurriculumState) -> CurriculumState:
@@ -201,11 +215,16 @@ def _decide(spec: CurriculumSpec, state: CurriculumState) -> CurriculumState:
   def fixed_phase():
     return jnp.full((spec.num_sources,), 1.0 / spec.num_sources, jnp.float32)
 
+  def exp3_phase():
+    return exp3_lib.distribution(spec.exp3, state.exp3, start + 1, upper > 0)
+
   is_random = jax.random.uniform(k_kind) < spec.random_share
-  kind = jnp.where(spec.strategy_code == STRATEGIES.index("static"), KIND_FIXED,
-                   jnp.where(is_random, KIND_RANDOM, KIND_BANDIT)).astype(jnp.int32)
+  code = spec.strategy_code
+  kind = jnp.where(code == STRATEGIES.index("static"), KIND_FIXED,
+                   jnp.where(code == STRATEGIES.index("exp3"), KIND_EXP3,
+                             jnp.where(is_random, KIND_RANDOM, KIND_BANDIT))).astype(jnp.int32)
   # Branch order follows the KIND_* codes; only the chosen branch runs.
-  w_S = jax.lax.switch(kind, (random_phase, bandit_phase, fixed_phase))
+  w_S = jax.lax.switch(kind, (random_phase, bandit_phase, fixed_phase, exp3_phase))
   # One last exact projection: the floors and zeros hold exactly after float32 rounding.
   w_S = simplex.project(w_S, lower, upper)
 
@@ -235,7 +254,10 @@ def update(spec: CurriculumSpec, state: CurriculumState, step: jax.Array, losses
     The new state; ``schedule(state)`` then covers every step ``<= step + 1 + decision_lag``.
   """
   step = jnp.asarray(step, jnp.int32)
-  state = state.replace(step=step, bandit=bandit_lib.observe(state.bandit, losses, tokens))
+  # The weights this step's batch was drawn from: the schedule before this update covers ``step``.
+  used_S = lookup(schedule(state), step)
+  state = state.replace(step=step, bandit=bandit_lib.observe(state.bandit, losses, tokens),
+                        exp3=exp3_lib.observe(spec.exp3, state.exp3, losses, tokens, used_S))
   due = step >= state.next_start - spec.decision_lag - 1
   return jax.lax.cond(due, functools.partial(_decide, spec), lambda s: s, state)
 
@@ -290,11 +312,12 @@ def exclude(spec: CurriculumSpec, state: CurriculumState, mask: jax.Array) -> Cu
 def metrics(spec: CurriculumSpec, state: CurriculumState) -> dict[str, jax.Array]:
   """Small arrays for logging, about the phase of ``state.step``. Jittable.
 
-  Keys: ``phase`` (number), ``phase_kind`` (0 random, 1 bandit, 2 fixed), ``geometry`` (index into
-  ``spec.geometry_names``), ``phase_start``, ``next_decision`` (step of the next decision),
-  ``weights`` ``[S]``, ``ucb`` ``[S]`` (bandit indices), ``bandit_mean`` ``[S]`` (reward with the
-  prior), ``bandit_count`` ``[S]``, ``reward`` ``[S]`` (rescaled progress), ``progress`` ``[S]``
-  (discounted learning progress, nats per token), ``reward_scale``, ``excluded`` and ``rejected``
+  Keys: ``phase`` (number), ``phase_kind`` (0 random, 1 bandit, 2 fixed, 3 exp3), ``geometry``
+  (index into ``spec.geometry_names``), ``phase_start``, ``next_decision`` (step of the next
+  decision), ``weights`` ``[S]``, ``ucb`` ``[S]`` (bandit indices), ``bandit_mean`` ``[S]``
+  (reward with the prior), ``bandit_count`` ``[S]``, ``reward`` ``[S]`` (rescaled progress),
+  ``progress`` ``[S]`` (discounted learning progress, nats per token), ``reward_scale``,
+  ``exp3_score`` ``[S]`` (EXP3's cumulative reward score ``g``), ``excluded`` and ``rejected``
   ``[S]`` (int32).
   """
   slot = (state.step >= state.starts[1]).astype(jnp.int32)
@@ -312,6 +335,7 @@ def metrics(spec: CurriculumSpec, state: CurriculumState) -> dict[str, jax.Array
       "reward": bandit_lib.rewards(spec.bandit, b),
       "progress": bandit_lib.estimates(b),
       "reward_scale": bandit_lib.reward_scale(b),
+      "exp3_score": exp3_lib.scores(state.exp3, jnp.ones_like(state.excluded)),
       "excluded": state.excluded.astype(jnp.int32),
       "rejected": state.rejected.astype(jnp.int32),
   }
