@@ -22,6 +22,7 @@ from ml_collections import config_dict
 
 from andrea_jax.data import readers
 from andrea_jax.data.corpus import builtin_specs, ensure_builtin, ensure_builtin_raw
+from andrea_jax.data.errors import DataError
 from andrea_jax.data.prepare_lib import DEFAULT_SHARD_TOKENS, PrepareResult, prepare
 from andrea_jax.data.shards import PreparedData
 from andrea_jax.data.tokenizers import Tokenizer
@@ -188,4 +189,21 @@ def open_training_data(cfg: ml_collections.ConfigDict, tokenizer: Tokenizer, *,
     path = files_prepared_dir(cfg, tokenizer)
     prepare(source_specs(cfg), tokenizer, path, shard_tokens=cfg.shard_tokens,
             workers=cfg.workers, progress=progress)
-  return PreparedData.open(path, tokenizer=tokenizer, required=required, verify=cfg.verify)
+  data = PreparedData.open(path, tokenizer=tokenizer, required=required, verify=cfg.verify)
+  check_windows(data, cfg.seq_len)
+  return data
+
+
+def check_windows(data: PreparedData, seq_len: int, split: str = "train") -> None:
+  """``DataError`` unless every required source has a shard of ``split`` with at least
+  ``seq_len + 1`` tokens (a row is a window of ``seq_len + 1`` tokens inside one shard).
+
+  :func:`open_training_data` checks the training split, so that a run stops before it compiles
+  anything rather than when the sampler first meets the source.
+  """
+  for source in data.required:
+    if not any(m.size >= seq_len + 1 for m in data.shards(source, split)):
+      files = [os.path.join(data.path, s["file"])
+               for s in data.manifest["sources"][source]["shards"][split]]
+      raise DataError(f"source {source!r} has {data.num_tokens(source, split)} {split} tokens in "
+                      f"every shard, fewer than seq_len + 1 = {seq_len + 1} (shards {files})")
