@@ -28,6 +28,11 @@ Two ways to find the active set, with the same answer:
 Rounding can only mislabel a coordinate whose breakpoint is within rounding of the root, i.e. a
 coordinate within rounding of its bound; every labelling of such a coordinate gives an affine piece
 through the root, so ``tau`` stays exact to rounding.
+
+Large inputs (``|x| > 8``, up to the largest float, infinities included) would cancel in ``x + tau``;
+they are first shifted by an anchor, one of the ``x_k``, so that the root lies in ``[-1, 1]`` and
+every number is of order 1 (see :func:`_anchored`). A NaN in a point makes the whole point NaN: it
+is never hidden.
 """
 
 from __future__ import annotations
@@ -45,7 +50,50 @@ Method = Literal["auto", "pairwise", "sort"]
 _PAIRWISE_MAX_N = 128
 
 
+# Beyond this magnitude x + tau loses digits (float32: ulp(8) ~ 1e-6); such points are anchored.
+_MODERATE = 8.0
+
 # The core works on [B, n] arrays (a batch of points); the public function reshapes to it.
+
+
+def _anchored(x_BxN, lo_BxN, hi_BxN):
+  """``clip(x - c, -2, 2)`` with an anchor ``c`` among the ``x_k``: the same projection, small numbers.
+
+  With ``xs`` the sorted ``x``, ``G_k = g(-xs_k) = sum_i clip(x_i - xs_k, l_i, u_i)`` is computed
+  from exact differences (no cancellation) and does not increase with ``k``. Take ``c = xs_j``,
+  ``j = min(#{k : G_k >= 1}, n - 1)`` (a binary search). The root of ``g`` then lies in
+  ``-c + [-1, 1]``: past the gap between two consecutive ``x`` every coordinate sits at a bound
+  (all ``l, u`` lie in [0, 1]). On that interval a coordinate with ``x_i - c`` beyond ``+-2`` is
+  at its bound whatever its exact value, so clipping the shifted ``x`` changes nothing.
+  """
+  n = x_BxN.shape[-1]
+  xs_BxN = jnp.sort(x_BxN, axis=-1)
+
+  def g_at(k_Bx1):
+    c_Bx1 = jnp.take_along_axis(xs_BxN, jnp.minimum(k_Bx1, n - 1), axis=-1)
+    return jnp.sum(jnp.clip(x_BxN - c_Bx1, lo_BxN, hi_BxN), axis=-1, keepdims=True)
+
+  def halve(_, ab):
+    a_Bx1, b_Bx1 = ab   # G_k >= 1 for every k < a, G_k < 1 for every k >= b
+    mid_Bx1 = (a_Bx1 + b_Bx1) // 2
+    open_Bx1 = a_Bx1 < b_Bx1
+    high_Bx1 = g_at(mid_Bx1) >= 1
+    return (jnp.where(open_Bx1 & high_Bx1, mid_Bx1 + 1, a_Bx1),
+            jnp.where(open_Bx1 & ~high_Bx1, mid_Bx1, b_Bx1))
+
+  start = (jnp.zeros(x_BxN.shape[:-1] + (1,), jnp.int32), jnp.full(x_BxN.shape[:-1] + (1,), n,
+                                                                     jnp.int32))
+  j_Bx1, _ = jax.lax.fori_loop(0, n.bit_length(), halve, start)
+  c_Bx1 = jnp.take_along_axis(xs_BxN, jnp.minimum(j_Bx1, n - 1), axis=-1)
+  return jnp.clip(x_BxN - c_Bx1, -2, 2)
+
+
+def _moderate(x_BxN, lo_BxN, hi_BxN):
+  """``x`` itself when every ``|x_i| <= 8``, else :func:`_anchored` (infinities as the largest float)."""
+  big = jnp.finfo(x_BxN.dtype).max
+  x_BxN = jnp.clip(x_BxN, -big, big)   # +-inf: the limit of the projection; NaN stays NaN
+  return jax.lax.cond(jnp.any(jnp.abs(x_BxN) > _MODERATE), _anchored,
+                      lambda x, lo, hi: x, x_BxN, lo_BxN, hi_BxN)
 
 
 def _active_pairwise(x_BxN, lo_BxN, hi_BxN):
@@ -113,7 +161,9 @@ def _make_projection(active_sets):
 
   @jax.custom_jvp
   def proj(x_BxN, lo_BxN, hi_BxN):
-    return _solve(x_BxN, lo_BxN, hi_BxN, *active_sets(x_BxN, lo_BxN, hi_BxN))
+    m_BxN = _moderate(x_BxN, lo_BxN, hi_BxN)
+    w_BxN = _solve(m_BxN, lo_BxN, hi_BxN, *active_sets(m_BxN, lo_BxN, hi_BxN))
+    return jnp.where(jnp.any(jnp.isnan(x_BxN), axis=-1, keepdims=True), jnp.nan, w_BxN)
 
   @proj.defjvp
   def proj_jvp(primals, tangents):
