@@ -29,11 +29,30 @@ from typing import Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 Method = Literal["auto", "reject", "floor", "ceiling", "chain"]
 
 # The inclusion-exclusion table has 2^n entries.
 _MAX_N = 20
+
+# Rounding allowed on the sums of the bounds (float32 bounds of a region that is tight in float64).
+_SUM_TOL = 1e-5
+
+
+def _check_bounds(lower, upper) -> None:
+  """Concrete bounds: ``ValueError`` unless finite, ``0 <= l <= u`` and ``sum l <= 1 <= sum u``."""
+  lo, hi = np.asarray(lower, np.float64), np.asarray(upper, np.float64)
+  for name, b in (("lower", lo), ("upper", hi)):
+    bad = np.flatnonzero(~np.isfinite(b) | (b < 0))
+    if bad.size:
+      raise ValueError(f"{name}[{bad[0]}] = {b[bad[0]]} must be finite and >= 0")
+  bad = np.flatnonzero(lo > hi)
+  if bad.size:
+    raise ValueError(f"upper[{bad[0]}] = {hi[bad[0]]} is under lower[{bad[0]}] = {lo[bad[0]]}")
+  if lo.sum() > 1 + _SUM_TOL or hi.sum() < 1 - _SUM_TOL:
+    raise ValueError(f"the region is empty: the floors sum to {lo.sum():.6g} (must be <= 1) and the "
+                     f"ceilings to {hi.sum():.6g} (must be >= 1)")
 
 
 class SampleInfo(NamedTuple):
@@ -233,7 +252,9 @@ def sample_uniform(key: jax.Array, lower: jax.Array, upper: jax.Array, num: int,
 
   Args:
     key: PRNG key.
-    lower, upper: ``[n]`` floors and ceilings of a feasible region (``n <= 20``).
+    lower, upper: ``[n]`` floors and ceilings of a feasible region (``n <= 20``): finite,
+      ``0 <= l <= u``, ``sum l <= 1 <= sum u``. Concrete bounds that are not raise ``ValueError``;
+      traced ones give NaN samples.
     num: number of samples (static).
     method: ``"auto"``; ``"reject"`` (better side, whatever its acceptance); ``"floor"`` or
       ``"ceiling"`` (that side); ``"chain"`` (hit-and-run only).
@@ -266,6 +287,8 @@ def sample_uniform(key: jax.Array, lower: jax.Array, upper: jax.Array, num: int,
                      f"got {method!r}")
   if not 0 < min_acceptance <= 1:
     raise ValueError(f"min_acceptance must be in (0, 1], got {min_acceptance}")
+  if not isinstance(lower, jax.core.Tracer) and not isinstance(upper, jax.core.Tracer):
+    _check_bounds(lower, upper)
   batch = batch or max(64, min(4 * num, 4096))
   max_rounds = max_rounds or math.ceil((4 * num + 16) / (min_acceptance * batch))
   chain_steps = chain_steps or 20 * n * n
@@ -294,6 +317,10 @@ def _sample(key, lower, upper, mode, min_acceptance, max_rounds, chain_steps, *,
                                     max_rounds)
   chained = _hit_and_run(key_chain, lower, upper, free, num, chain_steps, active=filled < num)
   samples = jnp.where((jnp.arange(num) >= filled)[:, None], chained, samples)
+  # Traced bounds cannot raise: an empty or non-finite region gives NaN, never plausible numbers.
+  valid = (jnp.all(jnp.isfinite(lower) & jnp.isfinite(upper) & (lower <= upper))
+           & (jnp.sum(lower) <= 1 + _SUM_TOL) & (jnp.sum(upper) >= 1 - _SUM_TOL))
+  samples = jnp.where(valid, samples, jnp.nan)
   path = jnp.where(filled < num, 2, side).astype(jnp.int32)
   acceptance = jnp.where(side == 0, p_floor, p_ceiling)
   info = SampleInfo(path=path, acceptance=acceptance, acceptance_floor=p_floor,
