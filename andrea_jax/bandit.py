@@ -82,6 +82,10 @@ SCALE_MIN = 1e-20
 # Counts below this are "never observed" (a long-discounted count may underflow).
 _COUNT_MIN = 1e-30
 
+BONUS_MAX = 1e30
+"""The confidence bonus is capped here, so that the index is finite for every valid parameter
+(an exploration weight up to the largest float, ``n_min`` below float32's smallest number)."""
+
 
 @jax.tree_util.register_pytree_node_class
 @dataclasses.dataclass(frozen=True)
@@ -298,8 +302,9 @@ def ucb_index(params: BanditParams, state: BanditState) -> jax.Array:
   """
   total = jnp.sum(state.counts)
   log_total = jnp.log(jnp.maximum(total, math.e))
-  bonus = params.exploration * jnp.sqrt(log_total / (state.counts + params.min_count))
-  return means(params, state) + bonus
+  bonus = params.exploration * jnp.sqrt(
+      log_total / jnp.maximum(state.counts + params.min_count, _COUNT_MIN))
+  return means(params, state) + jnp.minimum(bonus, BONUS_MAX)
 
 
 def select(params: BanditParams, state: BanditState, allowed: jax.Array) -> jax.Array:
@@ -320,6 +325,11 @@ def discount(state: BanditState, factor: float | jax.Array) -> BanditState:
 
   The learning-progress references are kept: the model is not reset at a pivot, so a source's loss
   stays comparable across it.
+
+  ``factor`` must lie in [0, 1]; a Python number outside raises ``ValueError``, a traced one is
+  clipped into [0, 1] with NaN taken as 0 (a reset), so the statistics never become NaN.
   """
-  factor = jnp.asarray(factor, jnp.float32)
+  if isinstance(factor, (int, float)) and not 0 <= factor <= 1:
+    raise ValueError(f"discount factor must be in [0, 1], got {factor}")
+  factor = jnp.clip(jnp.nan_to_num(jnp.asarray(factor, jnp.float32), nan=0.0), 0.0, 1.0)
   return state.replace(counts=factor * state.counts, progress=factor * state.progress)
