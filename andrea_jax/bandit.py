@@ -286,9 +286,14 @@ def rewards(params: BanditParams, state: BanditState) -> jax.Array:
 
 
 def means(params: BanditParams, state: BanditState) -> jax.Array:
-  """``(N_s hat r_s + n_0) / (N_s + n_0)``: the reward with the optimistic prior, ``[S]``."""
-  return ((state.counts * rewards(params, state) + params.prior_count)
-          / (state.counts + params.prior_count))
+  """``(N_s hat r_s + n_0) / (N_s + n_0)``: the reward with the optimistic prior, ``[S]``.
+
+  An unobserved source with an ``n_0`` below float32's range gets the prior mean 1 (the limit), not
+  0 / 0.
+  """
+  total = state.counts + params.prior_count
+  return jnp.where(total > 0, (state.counts * rewards(params, state) + params.prior_count)
+                   / jnp.where(total > 0, total, 1.0), 1.0)
 
 
 def ucb_index(params: BanditParams, state: BanditState) -> jax.Array:
