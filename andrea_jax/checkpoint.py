@@ -1,19 +1,19 @@
 """Checkpoints: orbax ``CheckpointManager`` (asynchronous, keep N) plus a checksum seal per step.
 
 Orbax writes each step into a temporary directory and renames it into place when complete, so a
-directory named after a step is a finished write; temporary directories left by a killed process are
-removed when the next :class:`Checkpoints` opens. Orbax does not verify data on restore, so after each
-write lands a background thread *seals* it: it records the size and SHA-256 of every file in
-``andrea_checksums.json`` (written atomically).
+directory named after a step is a finished write; temporary directories left by a killed process
+are removed when the next :class:`Checkpoints` opens. Orbax does not verify data on restore, so
+after each write lands a background thread *seals* it: it records the size and SHA-256 of every
+file in ``andrea_checksums.json`` (written atomically).
 
 On restore every candidate is checked before any array is read (:func:`verify`, then the stored
 shapes and dtypes against the run's state): no link or special file, the commit markers, the seal,
 well-formed JSON metadata. The newest checkpoint that passes wins; a damaged one (flipped byte,
 truncated or missing file, missing commit marker, a link pointing outside the directory, malformed
-metadata) is skipped with a warning naming the file and moved to ``damaged/`` so that the resumed run
-writes that step again. A checkpoint whose arrays do not fit the run (another configuration, absurd
-shapes, a dtype that is not the run's) is refused with :class:`CheckpointError`, and so is a directory
-whose checkpoints are all damaged: the run never silently restarts from scratch.
+metadata) is skipped with a warning naming the file and moved to ``damaged/``, so that the resumed
+run writes that step again. A checkpoint whose arrays do not fit the run (another configuration,
+absurd shapes, a dtype that is not the run's) is refused with :class:`CheckpointError`, and so is a
+directory whose checkpoints are all damaged: the run never silently restarts from scratch.
 """
 
 from __future__ import annotations
@@ -136,8 +136,8 @@ def verify(step_dir: str) -> str | None:
   markers are present; when sealed, the seal is well formed, names only files inside the directory,
   and every file has its recorded size and SHA-256, none missing and none added; orbax's JSON
   metadata (``state/_METADATA``, ``meta/metadata``, ``_CHECKPOINT_METADATA``, ``state/_sharding``,
-  ``state/array_metadatas/*``) parses. An unsealed checkpoint (a kill between the write and the seal)
-  is trusted on its commit markers and metadata.
+  ``state/array_metadatas/*``) parses. An unsealed checkpoint (a kill between the write and the
+  seal) is trusted on its commit markers and metadata.
 
   Example:
     >>> verify("runs/tiny/checkpoints/250") is None
@@ -201,11 +201,12 @@ class Checkpoints:
         leftover = os.path.join(self.directory, name, _SEAL_TMP)
         if name.isdigit() and os.path.isfile(leftover) and not os.path.islink(leftover):
           os.remove(leftover)
-    options = ocp.CheckpointManagerOptions(
-        max_to_keep=keep, enable_async_checkpointing=True, cleanup_tmp_directories=True, create=True)
+    options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=True,
+                                           cleanup_tmp_directories=True, create=True)
     self._mngr = ocp.CheckpointManager(
         self.directory, options=options,
-        item_handlers={"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()})
+        item_handlers={"state": ocp.StandardCheckpointHandler(),
+                       "meta": ocp.JsonCheckpointHandler()})
     self._sealers: list[threading.Thread] = []
 
   def all_steps(self) -> list[int]:
@@ -242,11 +243,11 @@ class Checkpoints:
   def restore_latest(self, abstract_state: Any) -> tuple[int, Any, dict] | None:
     """``(step, state, meta)`` of the newest trustworthy checkpoint, or ``None`` if there is none.
 
-    ``abstract_state`` (``jax.ShapeDtypeStruct`` leaves, with shardings) fixes the structure, shapes,
-    dtypes and placement. Damaged checkpoints newer than the one restored are skipped with a warning
-    and moved to ``damaged/``. Raises :class:`CheckpointError`, before reading any array, when the
-    newest intact checkpoint does not match ``abstract_state``, or when there are checkpoints but
-    every one is damaged.
+    ``abstract_state`` (``jax.ShapeDtypeStruct`` leaves, with shardings) fixes the structure,
+    shapes, dtypes and placement. Damaged checkpoints newer than the one restored are skipped with
+    a warning and moved to ``damaged/``. Raises :class:`CheckpointError`, before reading any array,
+    when the newest intact checkpoint does not match ``abstract_state``, or when there are
+    checkpoints but every one is damaged.
     """
     damaged = []
     for step in reversed(self.all_steps()):
@@ -267,8 +268,8 @@ class Checkpoints:
     if damaged:
       listing = "; ".join(f"step {s}: {p}" for s, p in damaged)
       raise CheckpointError(
-          f"every checkpoint in {self.directory} is damaged ({listing}). Move the directory away to "
-          "start the run from scratch.")
+          f"every checkpoint in {self.directory} is damaged ({listing}). Move the directory away "
+          "to start the run from scratch.")
     return None
 
   def _set_aside(self, steps: list[int]) -> None:
@@ -303,11 +304,11 @@ def _check_arrays(mngr, step: int, abstract_state: Any, step_dir: str) -> None:
     name = _dotted(path)
     got = have.get(name)
     if got is None or not is_meta(got):
-      raise CheckpointError(f"{step_dir}: the checkpoint has no array {name!r}; it was written by a "
-                            "different configuration")
+      raise CheckpointError(f"{step_dir}: the checkpoint has no array {name!r}; it was written "
+                            "by a different configuration")
     if tuple(got.shape) != tuple(leaf.shape):
-      raise CheckpointError(f"{step_dir}: {name!r} has shape {tuple(got.shape)} in the checkpoint but "
-                            f"{tuple(leaf.shape)} in this run's configuration")
+      raise CheckpointError(f"{step_dir}: {name!r} has shape {tuple(got.shape)} in the checkpoint "
+                            f"but {tuple(leaf.shape)} in this run's configuration")
     if not _same_dtype(got.dtype, leaf.dtype):
       raise CheckpointError(f"{step_dir}: {name!r} has dtype {got.dtype} in the checkpoint but "
                             f"{leaf.dtype} in this run's configuration")

@@ -29,10 +29,10 @@ Rounding can only mislabel a coordinate whose breakpoint is within rounding of t
 coordinate within rounding of its bound; every labelling of such a coordinate gives an affine piece
 through the root, so ``tau`` stays exact to rounding.
 
-Large inputs (``|x| > 8``, up to the largest float, infinities included) would cancel in ``x + tau``;
-they are first shifted by an anchor, one of the ``x_k``, so that the root lies in ``[-1, 1]`` and
-every number is of order 1 (see :func:`_anchored`). A NaN in a point makes the whole point NaN: it
-is never hidden.
+Large inputs (``|x| > 8``, up to the largest float, infinities included) would cancel in
+``x + tau``; they are first shifted by an anchor, one of the ``x_k``, so that the root lies in
+``[-1, 1]`` and every number is of order 1 (see :func:`_anchored`). A NaN in a point makes the
+whole point NaN: it is never hidden.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ _MODERATE = 8.0
 
 
 def _anchored(x_BxN, lo_BxN, hi_BxN):
-  """``clip(x - c, -2, 2)`` with an anchor ``c`` among the ``x_k``: the same projection, small numbers.
+  """``clip(x - c, -2, 2)``, ``c`` an anchor among the ``x_k``: the same projection, small numbers.
 
   With ``xs`` the sorted ``x``, ``G_k = g(-xs_k) = sum_i clip(x_i - xs_k, l_i, u_i)`` is computed
   from exact differences (no cancellation) and does not increase with ``k``. Take ``c = xs_j``,
@@ -89,7 +89,7 @@ def _anchored(x_BxN, lo_BxN, hi_BxN):
 
 
 def _moderate(x_BxN, lo_BxN, hi_BxN):
-  """``x`` itself when every ``|x_i| <= 8``, else :func:`_anchored` (infinities as the largest float)."""
+  """``x`` when every ``|x_i| <= 8``, else :func:`_anchored` (infinities as the largest float)."""
   big = jnp.finfo(x_BxN.dtype).max
   x_BxN = jnp.clip(x_BxN, -big, big)   # +-inf: the limit of the projection; NaN stays NaN
   return jax.lax.cond(jnp.any(jnp.abs(x_BxN) > _MODERATE), _anchored,

@@ -51,8 +51,8 @@ def _check_bounds(lower, upper) -> None:
   if bad.size:
     raise ValueError(f"upper[{bad[0]}] = {hi[bad[0]]} is under lower[{bad[0]}] = {lo[bad[0]]}")
   if lo.sum() > 1 + _SUM_TOL or hi.sum() < 1 - _SUM_TOL:
-    raise ValueError(f"the region is empty: the floors sum to {lo.sum():.6g} (must be <= 1) and the "
-                     f"ceilings to {hi.sum():.6g} (must be >= 1)")
+    raise ValueError(f"the region is empty: the floors sum to {lo.sum():.6g} (must be <= 1) and "
+                     f"the ceilings to {hi.sum():.6g} (must be >= 1)")
 
 
 class SampleInfo(NamedTuple):
