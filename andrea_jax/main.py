@@ -5,6 +5,9 @@ after a colon (``--config=experiments/andrea120m.py:v2``). Every field of the co
 the command line; unknown fields and wrong types are rejected by ml-collections (the config is locked).
 """
 
+import contextlib
+import signal
+
 from absl import app
 from absl import flags
 from absl import logging
@@ -17,16 +20,39 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, logs
 flags.mark_flags_as_required(["config", "workdir"])
 
 
+class _StoppedBeforeStart(Exception):
+  """SIGTERM/SIGINT arrived while the program was still importing: nothing to save yet."""
+
+
+@contextlib.contextmanager
+def _stop_cleanly_while_importing():
+  """Until the trainer installs its own handlers, a SIGTERM/SIGINT ends the program cleanly."""
+  def stop(signum, frame):
+    raise _StoppedBeforeStart(signum)
+  old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+  try:
+    yield
+  finally:
+    for s, handler in old.items():
+      signal.signal(s, handler)
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)   # orbax logs every save at INFO; --verbosity=0 shows it
-  import jax
-  from andrea_jax import distributed
-  from andrea_jax import train
-
-  distributed.maybe_initialize(_CONFIG.value)
+  try:
+    with _stop_cleanly_while_importing():
+      import jax
+      from andrea_jax import distributed
+      from andrea_jax import train
+      distributed.maybe_initialize(_CONFIG.value)
+  except _StoppedBeforeStart as e:
+    print(f"signal {e.args[0]} before the run started: nothing to save; the checkpoints in "
+          f"{_WORKDIR.value} are as they were. Run the same command again to resume.")
+    return
+  # From here train_and_evaluate holds the handlers: a signal stops the run at a step boundary.
   summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   if jax.process_index() == 0:
     where = _WORKDIR.value
