@@ -16,6 +16,7 @@ The loop, in the order a newcomer should read it:
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import time
@@ -71,8 +72,12 @@ class _Signals:
   def __init__(self):
     self.received: int | None = None
     self._old = {}
+    self._depth = 0   # nested entries (the whole run, then the loop) install the handlers once
 
   def __enter__(self):
+    self._depth += 1
+    if self._depth > 1:
+      return self
     for sig in (signal.SIGTERM, signal.SIGINT):
       try:
         self._old[sig] = signal.signal(sig, self._handle)
@@ -86,8 +91,25 @@ class _Signals:
     self.received = signum
 
   def __exit__(self, *exc):
+    self._depth -= 1
+    if self._depth:
+      return
     for sig, old in self._old.items():
       signal.signal(sig, old)
+    self._old = {}
+
+
+def _honour_signals(train_fn):
+  """Hold the SIGTERM/SIGINT handlers for the whole run, not only its loop: a signal during
+  start-up stops the run at its first step boundary (with a checkpoint), and one during the final
+  evaluation or checkpoint lets them finish, so the process always exits cleanly."""
+
+  @functools.wraps(train_fn)
+  def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+    with _Signals() as signals:
+      return train_fn(config, workdir, signals)
+
+  return train_and_evaluate
 
 
 def _step_record(run: runconfig.Run, m: dict, weights: np.ndarray) -> dict:
@@ -113,7 +135,9 @@ def _step_record(run: runconfig.Run, m: dict, weights: np.ndarray) -> dict:
   return rec
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+@_honour_signals
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
+                       signals: _Signals | None = None) -> dict:
   """Train (or resume) the run described by ``config`` in ``workdir``; returns a summary dict.
 
   Writes under ``workdir``: ``checkpoints/``, ``metrics.jsonl``, ``throughput.jsonl``,
@@ -172,7 +196,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   summary: dict[str, Any] = {"start_step": start}
   t = start
   try:
-    with _Signals() as signals:
+    with signals or _Signals() as signals:
       for t in range(start, num_steps):
         batch = next(batches)
         state, metrics = step_fn(state, batch)
