@@ -1,0 +1,566 @@
+r"""Does the curriculum help? Every mixing strategy trained side by side, scored on held-out loss.
+
+    .venv/bin/python bench/compare_mixers.py --out runs/compare_mixers \
+        [--figure bench/figures/compare_mixers.png] [--arms uniform,static,andrea,...] \
+        [--seeds 0,1,2] [--tune] [--quick]
+
+Each arm of ``experiments/compare_mixers.py`` (a strategy and a geometry schedule, with the
+hyper-parameters picked by ``--tune``) is trained with :func:`andrea_jax.train.train_and_evaluate`
+for every seed: the same model, steps, tokens, optimizer and held-out windows; the same seed gives
+the same initial weights and the same random streams in every arm. A finished run is reused (its
+``done.json``), so an interrupted comparison continues where it stopped.
+
+Measured, per arm (mean over seeds; paired differences use the same seed's ``uniform`` run):
+
+* the final mean held-out loss over the 16 sources, equal weights (``eval/mean_loss``), and each
+  source's;
+* the steps needed to reach the ``uniform`` arm's final mean held-out loss (same seed), interpolated
+  linearly between evaluations; "fewer steps" is ``1 - steps / num_steps``;
+* the step-time overhead against ``static``: the jitted training steps of all arms timed in turns in
+  this one process, on the same batch, with their curricula running; the median of the per-round
+  ratios to ``static`` with their quartiles in brackets (the spread says how well this machine
+  resolves it), in CPU time of the process (robust to other processes sharing the cores) and in
+  wall-clock time; and the whole runs' wall-clock ratio to ``uniform`` (noisier: compilation,
+  evaluation and the machine's load are in it);
+* the mixture each arm actually used, averaged over the run.
+
+Writes ``<out>/<name>.md`` and ``.json`` (tables, curves, settings; ``--name`` defaults to
+``compare_mixers``), prints the main table, and draws ``--figure`` (default ``<out>/<name>.png``):
+mean held-out loss against step per arm (mean and min-max band over seeds) and the final
+per-source loss against ``uniform``. The step times are kept in ``<out>/<name>_overhead.json``
+and reused (``--remeasure`` to measure again).
+
+``--tune`` runs instead the tuning budget (``TUNING``, three settings per strategy with knobs) at
+``TUNING_SEED`` and picks each strategy's setting on the *training* split: the equal-weight mean
+over sources of their training loss over the last 10% of steps. Write the picks into ``SELECTED``.
+
+``--quick``: a trivially small setting (80 steps of a 1-layer model, two seeds) to check the
+machinery in a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+  sys.path.insert(0, REPO)
+
+DEFAULT_ARMS = ("uniform", "static", "andrea", "bandit_only", "random_only", "exp3")
+BASELINE = "uniform"
+OVERHEAD_REFERENCE = "static"
+
+
+def load_experiment():
+  """``experiments/compare_mixers.py`` as a module (experiments/ is not a package)."""
+  spec = importlib.util.spec_from_file_location(
+      "compare_mixers_experiment", os.path.join(REPO, "experiments", "compare_mixers.py"))
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  return mod
+
+
+# --------------------------------------------------------------------------------------------------
+# Running
+# --------------------------------------------------------------------------------------------------
+
+
+def train_runner(config, workdir: str) -> None:
+  """Trains one run in this process (the default runner)."""
+  from andrea_jax import train
+  train.train_and_evaluate(config, workdir)
+
+
+def run_arm(config, workdir: str, runner: Callable = train_runner) -> float:
+  """Runs (or reuses) one training run; returns its wall-clock seconds.
+
+  A finished run leaves ``done.json`` with its time; the final checkpoint is deleted (unused here,
+  and the only large file).
+  """
+  done = os.path.join(workdir, "done.json")
+  if os.path.exists(done):
+    with open(done) as f:
+      return float(json.load(f)["wall_s"])
+  t0 = time.perf_counter()
+  runner(config, workdir)
+  wall = time.perf_counter() - t0
+  shutil.rmtree(os.path.join(workdir, "checkpoints"), ignore_errors=True)
+  with open(done, "w") as f:
+    json.dump({"wall_s": wall, "num_steps": int(config.train.num_steps)}, f)
+  return wall
+
+
+def read_run(workdir: str, sources: Sequence[str]) -> dict:
+  """Curves and mixtures from ``metrics.jsonl``.
+
+  Returns ``eval_steps [E]``, ``eval_mean [E]``, ``eval_source {name: [E]}``, ``weights [S]`` (the
+  mixture averaged over the logged steps) and ``train_loss {name: [(step, loss)]}``.
+  """
+  evals, weights, train_loss = [], [], {s: [] for s in sources}
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    for line in f:
+      rec = json.loads(line)
+      if "eval/mean_loss" in rec:
+        evals.append(rec)
+      elif "loss" in rec and f"weight/{sources[0]}" in rec:
+        weights.append([rec[f"weight/{s}"] for s in sources])
+        for s in sources:
+          if f"loss/{s}" in rec:
+            train_loss[s].append((rec["step"], rec[f"loss/{s}"]))
+  evals.sort(key=lambda r: r["step"])
+  return {
+      "eval_steps": np.array([r["step"] for r in evals], np.int64),
+      "eval_mean": np.array([r["eval/mean_loss"] for r in evals], np.float64),
+      "eval_source": {s: np.array([r.get(f"eval/loss/{s}", np.nan) for r in evals])
+                      for s in sources},
+      "weights": np.mean(np.array(weights, np.float64), axis=0) if weights else
+                 np.full(len(sources), np.nan),
+      "train_loss": train_loss,
+  }
+
+
+# --------------------------------------------------------------------------------------------------
+# Measures
+# --------------------------------------------------------------------------------------------------
+
+
+def steps_to_reach(steps: np.ndarray, losses: np.ndarray, target: float) -> float:
+  """First step at which the curve reaches ``target``, interpolated linearly; NaN if never.
+
+  Before the first evaluation nothing is known: a curve already at the target there counts its
+  step.
+
+  Example: ``steps_to_reach([50, 100, 150], [3.0, 2.0, 1.5], 2.5) == 75.0``.
+  """
+  steps = np.asarray(steps, np.float64)
+  losses = np.asarray(losses, np.float64)
+  hit = np.flatnonzero(losses <= target)
+  if hit.size == 0:
+    return math.nan
+  i = int(hit[0])
+  if i == 0:
+    return float(steps[0])
+  s0, s1, l0, l1 = steps[i - 1], steps[i], losses[i - 1], losses[i]
+  return float(s0 + (l0 - target) / (l0 - l1) * (s1 - s0))
+
+
+def validation_signal(train_loss: dict, num_steps: int, last_fraction: float = 0.1) -> float:
+  """Equal-weight mean over sources of the training loss over the last ``last_fraction`` of steps.
+
+  A source without a logged loss in that window counts with its last logged one (a strategy that
+  starves a source keeps its stale, high loss); a source never logged is left out.
+
+  Example: ``{"a": [(5, 9.), (95, 2.)], "b": [(50, 3.)]}`` over 100 steps gives ``(2 + 3) / 2``.
+  """
+  start = num_steps * (1 - last_fraction)
+  values = []
+  for points in train_loss.values():
+    if not points:
+      continue
+    late = [l for s, l in points if s >= start]
+    values.append(float(np.mean(late)) if late else float(points[-1][1]))
+  return float(np.mean(values))
+
+
+def progress_snr(train_loss: dict, lo: int, hi: int, window: float) -> dict:
+  """How well one phase window resolves each source's learning progress, from its training losses.
+
+  Over the logged steps in ``[lo, hi)`` a line is fitted to each source's batch loss; the progress
+  over a window of ``window`` steps is ``-slope * window`` and the noise of the difference of two
+  window means is ``sd * sqrt(2 / window)`` (``sd`` the residual standard deviation of one step's
+  loss): the learning-progress reward a bandit gets from one window has this signal-to-noise ratio.
+
+  Returns ``{source: {"slope", "sd", "snr"}}``.
+
+  Example: losses ``3 - 0.001 t`` plus noise of sd 0.1, windows of 24 steps: SNR ``0.024 / (0.1
+  sqrt(2 / 24)) = 0.83``.
+  """
+  out = {}
+  for src, points in train_loss.items():
+    pts = np.array([(t, l) for t, l in points if lo <= t < hi], np.float64)
+    if len(pts) < 3:
+      continue
+    a = np.stack([pts[:, 0], np.ones(len(pts))], axis=1)
+    coef, *_ = np.linalg.lstsq(a, pts[:, 1], rcond=None)
+    sd = float(np.std(pts[:, 1] - a @ coef, ddof=2))
+    out[src] = {"slope": float(-coef[0]), "sd": sd,
+                "snr": float(-coef[0] * window / max(sd * math.sqrt(2 / window), 1e-12))}
+  return out
+
+
+def measure_overhead(configs: dict, rounds: int, steps_per_round: int) -> dict:
+  """Per-step time of each arm's jitted training step, timed in turns on one batch.
+
+  Returns ``{arm: {clock: {"step_ms", "ratio", "ratio_lo", "ratio_hi"}}}`` for the clocks
+  ``"wall"`` (elapsed time) and ``"cpu"`` (CPU time of this process, all its threads: insensitive
+  to other processes competing for the cores): the median step time, and the median (and
+  quartiles) over rounds of the round's ratio to :data:`OVERHEAD_REFERENCE`. The arms run one after
+  the other inside each round, in a rotating order, so a change of machine load hits all of them.
+  """
+  import jax
+
+  from andrea_jax import data as data_lib
+  from andrea_jax import runconfig
+  from andrea_jax import step as step_lib
+  from andrea_jax import train
+
+  arms = list(configs)
+  first = configs[arms[0]]
+  run0 = runconfig.build(first)
+  tokenizer = data_lib.load_tokenizer(first.data.tokenizer)
+  data = data_lib.open_training_data(first.data, tokenizer, required=run0.used_sources)
+  sampler = data_lib.MixtureSampler(data, seq_len=first.data.seq_len,
+                                    global_batch_size=first.data.global_batch_size, seed=0,
+                                    process_index=0, process_count=1)
+  num = len(run0.sources)
+  batch = jax.device_put(sampler.batch(0, np.full(num, 1.0 / num)))
+  root = jax.random.PRNGKey(0)
+  keys = {n: jax.random.fold_in(root, i) for i, n in enumerate(("params", "curriculum", "eval"))}
+  fns, states = {}, {}
+  for arm in arms:
+    run = runconfig.build(configs[arm])
+    fns[arm] = step_lib.jit_step(run.step_config)
+    states[arm] = jax.jit(lambda run=run: train.init_state(run, keys))()
+    for _ in range(3):                       # compile, and pass the first phase decisions
+      states[arm], m = fns[arm](states[arm], batch)
+    jax.block_until_ready(m)
+  times = {arm: {"wall": [], "cpu": []} for arm in arms}
+  for r in range(rounds):
+    for arm in arms[r % len(arms):] + arms[:r % len(arms)]:
+      w0, c0 = time.perf_counter(), time.process_time()
+      for _ in range(steps_per_round):
+        states[arm], m = fns[arm](states[arm], batch)
+      jax.block_until_ready(m)
+      times[arm]["wall"].append((time.perf_counter() - w0) / steps_per_round)
+      times[arm]["cpu"].append((time.process_time() - c0) / steps_per_round)
+  out = {}
+  for arm in arms:
+    out[arm] = {}
+    for clock in ("wall", "cpu"):
+      t = np.array(times[arm][clock])
+      ref = np.array(times.get(OVERHEAD_REFERENCE, times[arm])[clock])
+      ratios = t / ref
+      out[arm][clock] = {"step_ms": 1e3 * float(np.median(t)), "ratio": float(np.median(ratios)),
+                         "ratio_lo": float(np.percentile(ratios, 25)),
+                         "ratio_hi": float(np.percentile(ratios, 75))}
+  return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Reporting
+# --------------------------------------------------------------------------------------------------
+
+
+def summarize(runs: dict, num_steps: int, sources: Sequence[str]) -> dict:
+  """Per-arm results from ``runs[arm][seed] = read_run(...) + {"wall_s"}``."""
+  base = runs[BASELINE]
+  summary = {}
+  for arm, by_seed in runs.items():
+    seeds = sorted(by_seed)
+    final = np.array([by_seed[s]["eval_mean"][-1] for s in seeds])
+    paired = np.array([by_seed[s]["eval_mean"][-1] - base[s]["eval_mean"][-1]
+                       for s in seeds if s in base])
+    reach = np.array([steps_to_reach(by_seed[s]["eval_steps"], by_seed[s]["eval_mean"],
+                                     base[s]["eval_mean"][-1]) for s in seeds if s in base])
+    reached = np.isfinite(reach)
+    walls = np.array([by_seed[s]["wall_s"] / base[s]["wall_s"] for s in seeds if s in base])
+    per_source = {src: float(np.nanmean([by_seed[s]["eval_source"][src][-1] for s in seeds]))
+                  for src in sources}
+    summary[arm] = {
+        "seeds": seeds,
+        "final_mean": float(final.mean()), "final_sd": float(final.std(ddof=1)) if len(seeds) > 1
+                                                     else 0.0,
+        "delta_vs_uniform": float(paired.mean()) if paired.size else math.nan,
+        "delta_sd": float(paired.std(ddof=1)) if paired.size > 1 else 0.0,
+        "steps_to_uniform_final": [float(x) for x in reach],
+        "reached": int(reached.sum()),
+        "mean_steps": float(reach.mean()) if reached.all() and reach.size else math.nan,
+        "fewer_steps": float(1 - reach.mean() / num_steps) if reached.all() and reach.size
+                       else math.nan,
+        "wall_ratio": float(np.median(walls)) if walls.size else math.nan,
+        "final_per_source": per_source,
+        "weights": {src: float(w) for src, w in
+                    zip(sources, np.mean([by_seed[s]["weights"] for s in seeds], axis=0))},
+    }
+  return summary
+
+
+def _fmt_steps(row: dict, num_steps: int) -> tuple[str, str]:
+  n = len(row["steps_to_uniform_final"])
+  if row["reached"] < n:
+    return f"> {num_steps} ({row['reached']}/{n} seeds reach it)", "—"
+  steps = ", ".join(f"{x:.0f}" for x in row["steps_to_uniform_final"])
+  return f"{row['mean_steps']:.0f} ({steps})", f"{100 * row['fewer_steps']:+.1f}%"
+
+
+def main_table(summary: dict, settings: dict, overhead: dict | None, num_steps: int,
+               exp) -> list[list[str]]:
+  """The rows of the main table (header first)."""
+  rows = [["arm", "strategy / geometry", "settings", "final mean held-out loss",
+           "vs uniform (paired)", "steps to uniform's final", "fewer steps",
+           "step CPU time vs static", "step wall time vs static", "run time / uniform"]]
+  for arm, r in summary.items():
+    strategy, kind = exp.ARMS[arm][:2]
+    steps, fewer = _fmt_steps(r, num_steps)
+    over = {}
+    for clock in ("cpu", "wall"):
+      if overhead and arm in overhead:
+        o = overhead[arm][clock]
+        over[clock] = (f"{100 * (o['ratio'] - 1):+.1f}% [{100 * (o['ratio_lo'] - 1):+.1f}, "
+                       f"{100 * (o['ratio_hi'] - 1):+.1f}]")
+      else:
+        over[clock] = "—"
+    rows.append([arm, f"{strategy} / {kind}", json.dumps(settings.get(arm, {})) or "{}",
+                 f"{r['final_mean']:.4f} ± {r['final_sd']:.4f}",
+                 f"{r['delta_vs_uniform']:+.4f} ± {r['delta_sd']:.4f}", steps, fewer, over["cpu"],
+                 over["wall"], f"{r['wall_ratio']:.2f}"])
+  return rows
+
+
+def text_table(rows: list[list[str]]) -> str:
+  widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+  line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()
+  rule = "  ".join("-" * w for w in widths)
+  return "\n".join([line(rows[0]), rule] + [line(r) for r in rows[1:]])
+
+
+def markdown_table(rows: list[list[str]]) -> str:
+  out = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+  return "\n".join(out + ["| " + " | ".join(r) + " |" for r in rows[1:]])
+
+
+def source_tables(summary: dict, sources: Sequence[str]) -> str:
+  """Markdown: final held-out loss per source, and the mixture used, per arm."""
+  short = [s.replace("hermes3-", "h3-").replace("repo-doc", "rd") for s in sources]
+  loss = [["arm"] + short]
+  weights = [["arm"] + short]
+  for arm, r in summary.items():
+    loss.append([arm] + [f"{r['final_per_source'][s]:.3f}" for s in sources])
+    weights.append([arm] + [f"{r['weights'][s]:.3f}" for s in sources])
+  return ("Final held-out loss per source (nats/byte, mean over seeds):\n\n" + markdown_table(loss)
+          + "\n\nMixture weights averaged over the run:\n\n" + markdown_table(weights))
+
+
+def snr_table(by_seed: dict, num_steps: int, window: float = 24.5) -> str:
+  """Markdown: learning-progress signal-to-noise per phase window, on the ``uniform`` runs' middle
+  half (every source sampled alike), averaged over seeds."""
+  lo, hi = int(0.375 * num_steps), int(0.875 * num_steps)
+  per_seed = [progress_snr(r["train_loss"], lo, hi, window) for r in by_seed.values()]
+  rows = [["source", "progress (nats/step)", "one step's loss sd",
+           f"SNR of one {window}-step window"]]
+  for src in per_seed[0]:
+    vals = [p[src] for p in per_seed if src in p]
+    rows.append([src, f"{np.mean([v['slope'] for v in vals]):.1e}",
+                 f"{np.mean([v['sd'] for v in vals]):.3f}",
+                 f"{np.mean([v['snr'] for v in vals]):.2f}"])
+  return (f"Learning-progress signal-to-noise on the uniform runs, steps {lo}-{hi} (a line fitted "
+          "to each source's logged batch loss; the bandit's reward of one phase window is the "
+          "fall between two window means):\n\n" + markdown_table(rows))
+
+
+def plot(runs: dict, summary: dict, sources: Sequence[str], path: str, title: str) -> str:
+  """Mean held-out loss vs step per arm (mean, min-max band over seeds) and the per-source final
+  loss difference to ``uniform``."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, (ax, hm) = plt.subplots(1, 2, figsize=(15, 5.6), gridspec_kw={"width_ratios": [1, 1.25]})
+  colors = plt.get_cmap("tab10")
+  lows, highs = [], []
+  for i, (arm, by_seed) in enumerate(runs.items()):
+    seeds = sorted(by_seed)
+    steps = by_seed[seeds[0]]["eval_steps"]
+    curves = np.stack([by_seed[s]["eval_mean"] for s in seeds])
+    mean = curves.mean(axis=0)
+    style = {"linewidth": 2.4 if arm == BASELINE else 1.4, "color": "black" if arm == BASELINE
+             else colors(i % 10)}
+    ax.plot(steps, mean, label=f"{arm} ({len(seeds)} seeds)", **style)
+    ax.fill_between(steps, curves.min(axis=0), curves.max(axis=0), alpha=0.15,
+                    color=style["color"])
+    lows.append(curves.min())
+    highs.extend([mean[min(2, len(mean) - 1)], curves.max(axis=0)[-1]])
+  target = summary[BASELINE]["final_mean"]
+  ax.axhline(target, color="black", linestyle=":", linewidth=1,
+             label=f"uniform's final ({target:.3f})")
+  ax.set_ylim(min(lows) - 0.02, max(highs) + 0.02)
+  ax.set_xlabel("step")
+  ax.set_ylabel("mean held-out loss over 16 sources (nats/byte)")
+  ax.set_title("held-out loss, mean and min-max over seeds")
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=8)
+
+  arms = [a for a in summary if a != BASELINE]
+  delta = np.array([[summary[a]["final_per_source"][s] - summary[BASELINE]["final_per_source"][s]
+                     for s in sources] for a in arms])
+  lim = max(float(np.nanmax(np.abs(delta))), 1e-3)
+  im = hm.imshow(delta, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto")
+  hm.set_xticks(range(len(sources)), sources, rotation=60, ha="right", fontsize=8)
+  hm.set_yticks(range(len(arms)), arms, fontsize=9)
+  for (i, j), v in np.ndenumerate(delta):
+    hm.text(j, i, f"{v:+.2f}", ha="center", va="center", fontsize=6.5)
+  hm.set_title("final held-out loss minus uniform's, per source (blue = better)")
+  fig.colorbar(im, ax=hm, fraction=0.03)
+  fig.suptitle(title)
+  fig.tight_layout()
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return path
+
+
+# --------------------------------------------------------------------------------------------------
+# Main
+# --------------------------------------------------------------------------------------------------
+
+
+def _config(exp, arm: str, seed: int, num_steps: int, quick: bool, settings: dict | None = None):
+  c = exp.arm_config(arm, num_steps=num_steps, settings=settings, seed=seed)
+  if quick:
+    c.model.update(num_layers=1, num_heads=1, d_model=32, d_mlp=64, max_len=32)
+    c.data.update(seq_len=32, global_batch_size=8)
+    c.eval.update(every=20, sequences_per_source=4)
+    c.optim.warmup_steps = 5
+  return c
+
+
+def tune(exp, args, runner) -> int:
+  """Runs every setting of ``TUNING`` at ``TUNING_SEED``; writes and prints the picks."""
+  from andrea_jax.sources import SOURCES
+  rows = [["strategy", "setting", "validation signal (train loss, last 10%)", "picked"]]
+  picks = {}
+  for strategy, grid in exp.TUNING.items():
+    scores = []
+    for i, setting in enumerate(grid):
+      c = _config(exp, strategy, exp.TUNING_SEED, args.num_steps, args.quick, settings=setting)
+      workdir = os.path.join(args.out, "tune", strategy, f"setting{i}")
+      run_arm(c, workdir, runner)
+      scores.append(validation_signal(read_run(workdir, SOURCES)["train_loss"], args.num_steps))
+    best = int(np.argmin(scores))
+    picks[strategy] = grid[best]
+    for i, (setting, score) in enumerate(zip(grid, scores)):
+      rows.append([strategy, json.dumps(setting), f"{score:.4f}", "yes" if i == best else ""])
+  print(text_table(rows))
+  os.makedirs(args.out, exist_ok=True)
+  with open(os.path.join(args.out, "tuning.md"), "w") as f:
+    f.write(f"Tuning at seed {exp.TUNING_SEED}, {args.num_steps} steps; signal: equal-weight mean "
+            "of the per-source training loss over the last 10% of steps.\n\n"
+            + markdown_table(rows) + "\n")
+  with open(os.path.join(args.out, "tuning.json"), "w") as f:
+    json.dump({"seed": exp.TUNING_SEED, "picks": picks, "rows": rows}, f, indent=1)
+  print(f"\npicks (copy into SELECTED of experiments/compare_mixers.py): {json.dumps(picks)}")
+  return 0
+
+
+def main(argv: Sequence[str] | None = None, runner: Callable = train_runner) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--out", required=True, help="directory for the runs, tables and JSON")
+  parser.add_argument("--figure", default=None, help="PNG path (default <out>/<name>.png)")
+  parser.add_argument("--arms", default=",".join(DEFAULT_ARMS),
+                      help="comma-separated arms of experiments/compare_mixers.py (uniform first)")
+  parser.add_argument("--seeds", default=None, help="comma-separated seeds (default 0,1,2)")
+  parser.add_argument("--steps", type=int, default=None, help="steps per run (default the study's)")
+  parser.add_argument("--name", default="compare_mixers",
+                      help="stem of the report files under --out (runs are shared between names)")
+  parser.add_argument("--tune", action="store_true", help="run the tuning budget instead")
+  parser.add_argument("--quick", action="store_true", help="a trivially small setting")
+  parser.add_argument("--no-overhead", action="store_true", help="skip the step-time measurement")
+  parser.add_argument("--remeasure", action="store_true",
+                      help="measure the step times again, not reuse <out>/<name>_overhead.json")
+  parser.add_argument("--overhead-rounds", type=int, default=30)
+  parser.add_argument("--overhead-steps", type=int, default=20)
+  args = parser.parse_args(argv)
+  exp = load_experiment()
+  args.num_steps = args.steps or (80 if args.quick else exp.NUM_STEPS)
+  if args.tune:
+    return tune(exp, args, runner)
+
+  from andrea_jax.sources import SOURCES
+  arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+  unknown = [a for a in arms if a not in exp.ARMS]
+  if unknown:
+    parser.error(f"unknown arms {unknown}; known: {', '.join(exp.ARMS)}")
+  if BASELINE not in arms:
+    arms.insert(0, BASELINE)
+  seeds = ([int(s) for s in args.seeds.split(",")] if args.seeds
+           else ([0, 1] if args.quick else [0, 1, 2]))
+  if exp.TUNING_SEED in seeds:
+    parser.error(f"seed {exp.TUNING_SEED} chose the hyper-parameters; report other seeds")
+
+  runs: dict = {arm: {} for arm in arms}
+  settings = {}
+  for seed in seeds:
+    for arm in arms:
+      c = _config(exp, arm, seed, args.num_steps, args.quick)
+      settings[arm] = exp.arm_settings(arm)
+      workdir = os.path.join(args.out, "runs", arm, f"seed{seed}")
+      wall = run_arm(c, workdir, runner)
+      runs[arm][seed] = dict(read_run(workdir, SOURCES), wall_s=wall)
+      print(f"{arm:18s} seed {seed}: final mean held-out loss "
+            f"{runs[arm][seed]['eval_mean'][-1]:.4f} ({wall:.0f} s)", flush=True)
+
+  overhead = None
+  overhead_path = os.path.join(args.out, f"{args.name}_overhead.json")
+  if not args.no_overhead:
+    cached = {}
+    if os.path.exists(overhead_path) and not args.remeasure:
+      with open(overhead_path) as f:
+        cached = json.load(f)
+    if all(a in cached for a in arms):
+      overhead = cached
+    else:
+      configs = {arm: _config(exp, arm, 0, args.num_steps, args.quick) for arm in arms}
+      if OVERHEAD_REFERENCE not in configs:
+        configs[OVERHEAD_REFERENCE] = _config(exp, OVERHEAD_REFERENCE, 0, args.num_steps,
+                                              args.quick)
+      overhead = measure_overhead(configs, args.overhead_rounds, args.overhead_steps)
+      with open(overhead_path, "w") as f:
+        json.dump(overhead, f, indent=1)
+
+  summary = summarize(runs, args.num_steps, SOURCES)
+  rows = main_table(summary, settings, overhead, args.num_steps, exp)
+  import platform
+  hardware = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores "
+              f"(load average {os.getloadavg()[0]:.1f} at the end), "
+              + __import__("jax").default_backend())
+  c0 = _config(exp, BASELINE, seeds[0], args.num_steps, args.quick)
+  setup = (f"{args.num_steps} steps of {c0.data.global_batch_size} x {c0.data.seq_len} tokens, "
+           f"{c0.model.num_layers}-layer d={c0.model.d_model} byte-level decoder, seeds "
+           f"{', '.join(map(str, seeds))}, evaluations every {c0.eval.every} steps on "
+           f"{c0.eval.sequences_per_source} held-out windows per source; {hardware}")
+  print("\n" + setup + "\n")
+  print(text_table(rows))
+  figure = args.figure or os.path.join(args.out, f"{args.name}.png")
+  plot(runs, summary, SOURCES, figure,
+       f"mixing strategies on the built-in 16-source corpus: {args.num_steps} steps, "
+       f"{c0.model.num_layers}-layer d={c0.model.d_model} decoder, seeds "
+       f"{', '.join(map(str, seeds))}")
+  snr = snr_table(runs[BASELINE], args.num_steps)
+  with open(os.path.join(args.out, f"{args.name}.md"), "w") as f:
+    f.write(f"# Mixing strategies compared\n\n{setup}\n\n{markdown_table(rows)}\n\n"
+            f"{source_tables(summary, SOURCES)}\n\n{snr}\n\nFigure: {figure}\n")
+  with open(os.path.join(args.out, f"{args.name}.json"), "w") as f:
+    json.dump({"setup": setup, "num_steps": args.num_steps, "seeds": seeds, "settings": settings,
+               "summary": summary, "overhead": overhead, "table": rows,
+               "curves": {arm: {str(s): {"steps": r["eval_steps"].tolist(),
+                                         "mean": r["eval_mean"].tolist(),
+                                         "per_source": {k: v.tolist()
+                                                        for k, v in r["eval_source"].items()}}
+                                for s, r in by_seed.items()} for arm, by_seed in runs.items()}},
+              f, indent=1)
+  print(f"\nwrote {args.out}/{args.name}.md, {args.out}/{args.name}.json and {figure}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,128 @@
+"""bench/compare_mixers.py's machinery on a trivially small setting: a fake trainer writes known
+curves, the comparison must find the crossing steps, paired differences and tuning picks worked out
+by hand, and write its table, JSON and figure. (Real training runs are the benchmark's job.)"""
+
+import importlib.util
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+from andrea_jax.sources import SOURCES
+
+_spec = importlib.util.spec_from_file_location(
+    "compare_mixers_bench",
+    os.path.join(os.path.dirname(__file__), "..", "bench", "compare_mixers.py"))
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+
+def test_steps_to_reach():
+  assert bench.steps_to_reach([50, 100, 150], [3.0, 2.0, 1.5], 2.5) == 75.0
+  assert bench.steps_to_reach([50, 100, 150], [3.0, 2.0, 1.5], 1.5) == 150.0
+  assert bench.steps_to_reach([50, 100, 150], [3.0, 2.0, 1.5], 3.5) == 50.0   # already there
+  assert math.isnan(bench.steps_to_reach([50, 100, 150], [3.0, 2.0, 1.5], 1.4))
+  # The first crossing counts, not a later one after a bump.
+  assert bench.steps_to_reach([10, 20, 30, 40], [4.0, 2.0, 3.0, 1.0], 3.0) == 15.0
+
+
+def test_validation_signal():
+  losses = {"a": [(5, 9.0), (95, 2.0)], "b": [(50, 3.0)], "c": []}
+  # a: its one late value 2; b: none late, its last one 3; c: never logged, left out.
+  assert bench.validation_signal(losses, 100) == pytest.approx(2.5)
+  assert bench.validation_signal({"a": [(90, 1.0), (99, 3.0)]}, 100) == pytest.approx(2.0)
+
+
+# The fake trainer: every source's held-out loss falls linearly from 3 at step 0 by `rate` per run,
+# plus 0.01 per seed; the arm is recognised by its strategy and its number of geometries.
+RATES = {("static", 1): 1.0, ("static", 3): 0.5, ("exp3", 3): 2.5}
+
+
+def fake_runner(config, workdir, rate=None):
+  os.makedirs(workdir, exist_ok=True)
+  n = config.train.num_steps
+  every = config.eval.every
+  if rate is None:
+    rate = RATES[(config.curriculum.strategy, len(config.curriculum.geometries))]
+  with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+    for step in range(0, n, 8):
+      rec = {"step": step, "loss": 3.0}
+      rec.update({f"weight/{s}": 1 / 16 for s in SOURCES})
+      rec.update({f"loss/{s}": 3.0 - rate * step / n for s in SOURCES})
+      f.write(json.dumps(rec) + "\n")
+    for step in range(every, n + 1, every):
+      loss = 3.0 - rate * step / n + 0.01 * config.seed
+      rec = {"step": step, "eval/mean_loss": loss}
+      rec.update({f"eval/loss/{s}": loss for s in SOURCES})
+      f.write(json.dumps(rec) + "\n")
+
+
+def test_the_whole_comparison_on_fake_runs(tmp_path, capsys):
+  out = tmp_path / "cmp"
+  figure = tmp_path / "fig" / "compare_mixers.png"
+  assert bench.main(["--out", str(out), "--arms", "static,exp3", "--seeds", "0,1", "--quick",
+                     "--no-overhead", "--figure", str(figure)], runner=fake_runner) == 0
+  with open(out / "compare_mixers.json") as f:
+    result = json.load(f)
+  s = result["summary"]
+  assert list(s) == ["uniform", "static", "exp3"]            # the baseline is always run, first
+  # 80 steps, evaluations at 20, 40, 60, 80. uniform ends at 2.0 (+0.01 per seed); exp3 reaches it
+  # where 3 - 2.5 t / 80 = 2, t = 32, interpolated between the evaluations at 20 (2.375) and 40
+  # (1.75).
+  assert s["uniform"]["final_mean"] == pytest.approx(2.005)
+  assert s["exp3"]["steps_to_uniform_final"] == pytest.approx([32.0, 32.0])
+  assert s["exp3"]["fewer_steps"] == pytest.approx(1 - 32 / 80)
+  assert s["exp3"]["delta_vs_uniform"] == pytest.approx((3 - 2.5) - 2.0)
+  assert s["static"]["reached"] == 0 and math.isnan(s["static"]["fewer_steps"])
+  assert s["uniform"]["steps_to_uniform_final"] == pytest.approx([80.0, 80.0])
+  assert s["static"]["weights"]["extra-06"] == pytest.approx(1 / 16)
+  md = (out / "compare_mixers.md").read_text()
+  assert "> 80 (0/2 seeds reach it)" in md and "+60.0%" in md
+  assert figure.exists() and figure.stat().st_size > 10_000
+  assert "steps to uniform's final" in capsys.readouterr().out
+  # Finished runs are reused: a runner that fails proves nothing is retrained.
+  def refuse(config, workdir):
+    raise AssertionError(f"retrained {workdir}")
+  assert bench.main(["--out", str(out), "--arms", "static,exp3", "--seeds", "0,1", "--quick",
+                     "--no-overhead", "--figure", str(figure)], runner=refuse) == 0
+
+
+def test_tuning_picks_on_the_training_signal(tmp_path):
+  out = tmp_path / "tune"
+  def runner(config, workdir):
+    if config.curriculum.strategy != "exp3":
+      return _flat_runner(config, workdir)
+    # A larger lr_scale trains faster here.
+    return fake_runner(config, workdir, rate=1.25 * (1 + config.curriculum.exp3.lr_scale))
+
+  assert bench.main(["--out", str(out), "--tune", "--quick"], runner=runner) == 0
+  with open(out / "tuning.json") as f:
+    tuning = json.load(f)
+  assert tuning["seed"] == 100
+  # exp3's training loss falls faster with a larger lr_scale: the default (1.0) wins over 0.1, 0.01.
+  assert tuning["picks"]["exp3"] == {}
+  rows = [r for r in tuning["rows"][1:] if r[0] == "exp3"]
+  # Last 10% of 80 steps: the logged step 72 only; its loss is 3 - 1.25 (1 + c) 72 / 80.
+  for (_, setting, score, _), c in zip(rows, (1.0, 0.1, 0.01)):
+    assert float(score) == pytest.approx(3 - 1.25 * (1 + c) * 72 / 80, abs=1e-4)
+  assert os.path.exists(out / "tuning.md")
+
+
+def _flat_runner(config, workdir):
+  """Every setting equal: the first (the package default) is picked."""
+  os.makedirs(workdir, exist_ok=True)
+  with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+    rec = {"step": 75, "loss": 2.0, **{f"weight/{s}": 1 / 16 for s in SOURCES},
+           **{f"loss/{s}": 2.0 for s in SOURCES}}
+    f.write(json.dumps(rec) + "\n")
+    f.write(json.dumps({"step": 80, "eval/mean_loss": 2.0}) + "\n")
+
+
+def test_unknown_arm_and_tuning_seed_are_refused(tmp_path):
+  with pytest.raises(SystemExit):
+    bench.main(["--out", str(tmp_path), "--arms", "doremi"], runner=fake_runner)
+  with pytest.raises(SystemExit):
+    bench.main(["--out", str(tmp_path), "--seeds", "0,100"], runner=fake_runner)
+  assert np.isfinite(bench.steps_to_reach([1], [1.0], 1.0))
