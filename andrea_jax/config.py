@@ -10,6 +10,7 @@ overrides any field on the command line (``--config.optim.peak_lr=1e-3``). Secti
 * ``train``      -- run length, logging, checkpoints;
 * ``eval``       -- held-out loss and text samples;
 * ``cliff``      -- the zombie-cliff detector (:mod:`andrea_jax.cliff`);
+* ``mesh``       -- the device mesh: data-parallel and fully-sharded axes (:mod:`andrea_jax.sharding`);
 * ``distributed`` -- multi-host start-up (:mod:`andrea_jax.distributed`).
 """
 
@@ -65,6 +66,9 @@ def train_section() -> ml_collections.ConfigDict:
   t.checkpoint_every = 500  # steps between asynchronous checkpoints (also on SIGTERM/SIGINT and at the end)
   t.keep_checkpoints = 3    # newest checkpoints kept on disk
   t.max_nonfinite_steps = 5  # consecutive non-finite steps (skipped) before the run stops
+  # Attention inside each packed document only (segment mask); False = plain causal over the row, as
+  # GPT-2/nanoGPT trained: the fused cuDNN kernel's fastest path (no mask tensor), see bench/gpu.py.
+  t.document_mask = True
   t.progress_bar = True     # tqdm progress bar on the console
   t.plot = True             # write summary.png at the end
   return t
@@ -88,6 +92,7 @@ def base_config() -> ml_collections.ConfigDict:
   from andrea_jax.curriculum.config import curriculum_config
   from andrea_jax.data.config import data_config
   from andrea_jax.distributed import distributed_config
+  from andrea_jax.sharding import mesh_section
 
   c = ml_collections.ConfigDict()
   c.seed = 0                # the run's one seed; every random stream is derived from it
@@ -98,5 +103,6 @@ def base_config() -> ml_collections.ConfigDict:
   c.train = train_section()
   c.eval = eval_section()
   c.cliff = cliff_config()  # the zombie-cliff detector (andrea_jax.cliff)
+  c.mesh = mesh_section()   # device mesh (data, fsdp) and the FSDP rule (andrea_jax.sharding)
   c.distributed = distributed_config()  # multi-host start-up (andrea_jax.distributed)
   return c

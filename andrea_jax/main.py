@@ -47,11 +47,13 @@ def main(argv):
       import jax
       from andrea_jax import distributed
       from andrea_jax import train
-      distributed.maybe_initialize(_CONFIG.value)
   except _StoppedBeforeStart as e:
     print(f"signal {e.args[0]} before the run started: nothing to save; the checkpoints in "
           f"{_WORKDIR.value} are as they were. Run the same command again to resume.")
     return
+  # After the handlers above are restored: with several processes, initialising installs JAX's
+  # preemption-service SIGTERM handler, which restoring them would remove.
+  distributed.maybe_initialize(_CONFIG.value)
   # From here train_and_evaluate holds the handlers: a signal stops the run at a step boundary.
   summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   if jax.process_index() == 0:

@@ -17,6 +17,7 @@ import ml_collections
 from andrea_jax import cliff as cliff_lib
 from andrea_jax import curriculum
 from andrea_jax import optim
+from andrea_jax import sharding
 from andrea_jax import sources as sources_lib
 from andrea_jax import step as step_lib
 from andrea_jax.data.config import validate_data_config
@@ -49,6 +50,7 @@ class Run:
   cliff_cfg: Any
   sources: tuple[str, ...]
   used_sources: tuple[str, ...]
+  mesh_shape: tuple[int, int] = (1, 1)   # (data, fsdp) devices, resolved against this machine
 
 
 def _positive_int(section: str, cfg, name: str, minimum: int = 1) -> int:
@@ -69,6 +71,8 @@ def validate_train_config(cfg: ml_collections.ConfigDict) -> None:
   for name in ("progress_bar", "plot"):
     if not isinstance(cfg[name], bool):
       raise TypeError(f"train.{name} must be True or False, got {cfg[name]!r}")
+  if not isinstance(cfg.get("document_mask", True), bool):
+    raise TypeError(f"train.document_mask must be True or False, got {cfg.document_mask!r}")
 
 
 def validate_eval_config(cfg: ml_collections.ConfigDict) -> None:
@@ -102,6 +106,11 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int | None = Non
   return ModelConfig.from_dict(fields)
 
 
+def mesh_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """The ``mesh`` section, or its defaults (one data-parallel axis over every device) if absent."""
+  return config.get("mesh") or sharding.mesh_section()
+
+
 def _tokenizer_vocab(spec: str) -> int:
   from andrea_jax import data as data_lib
   return data_lib.load_tokenizer(spec).vocab_size
@@ -121,16 +130,22 @@ def build(config: ml_collections.ConfigDict) -> Run:
   if config.data.seq_len > mcfg.max_len:
     raise ValueError(f"data.seq_len = {config.data.seq_len} exceeds model.max_len = {mcfg.max_len}")
   accum = config.optim.grad_accum_steps
-  local_batch = config.data.global_batch_size // jax.process_count()
-  if local_batch % accum:
-    raise ValueError(f"optim.grad_accum_steps = {accum} does not divide the per-process batch "
-                     f"{local_batch} (data.global_batch_size = {config.data.global_batch_size})")
+  data, fsdp = sharding.mesh_shape(mesh_config(config), jax.device_count())
+  batch, devices = config.data.global_batch_size, data * fsdp
+  if batch % (accum * devices):
+    # Every micro-batch is split over every device: B = accum x devices x (rows per device).
+    raise ValueError(
+        f"data.global_batch_size = {batch} is not a multiple of optim.grad_accum_steps x devices = "
+        f"{accum} x {devices} (mesh.data x mesh.fsdp = {data} x {fsdp}): each of the {accum} "
+        f"micro-batches must give every device whole rows")
   sources = sources_lib.SOURCES
   spec = curriculum.spec_from_config(config.curriculum, sources=sources)
   cliff_cfg = cliff_lib.CliffConfig.from_config(config.cliff)
   step_cfg = step_lib.StepConfig(
       model=Transformer(mcfg), tx=tx, schedule=optim.learning_rate_schedule(config.optim, num_steps),
       curriculum_spec=spec, cliff_cfg=cliff_cfg, num_sources=len(sources), grad_accum_steps=accum,
-      max_nonfinite_steps=config.train.max_nonfinite_steps)
+      max_nonfinite_steps=config.train.max_nonfinite_steps,
+      document_mask=config.train.get("document_mask", True))
   return Run(model_config=mcfg, step_config=step_cfg, curriculum_spec=spec, cliff_cfg=cliff_cfg,
-             sources=sources, used_sources=tuple(curriculum.used_sources(spec)))
+             sources=sources, used_sources=tuple(curriculum.used_sources(spec)),
+             mesh_shape=(data, fsdp))

@@ -58,15 +58,20 @@ class StepConfig:
   num_sources: int
   grad_accum_steps: int = 1
   max_nonfinite_steps: int = 5
+  document_mask: bool = True      # attention within each packed document only (see token_losses)
 
 
-def token_losses(model: Transformer, params: PyTree, batch: Batch) -> tuple[jax.Array, jax.Array]:
+def token_losses(model: Transformer, params: PyTree, batch: Batch,
+                 document_mask: bool = True) -> tuple[jax.Array, jax.Array]:
   """Per-token cross-entropy ``[B, T]`` (float32) and the mask of tokens that count ``[B, T]``.
 
-  Tokens whose segment id is 0 (padding) do not count.
+  Tokens whose segment id is 0 (padding) do not count. With ``document_mask`` a token attends only
+  to earlier tokens of its own document (the segment ids); without, to every earlier token of its
+  row (plain causal attention, as GPT-2 trained: the fused cuDNN kernel's fastest path).
   """
+  segment_ids = batch["segment_ids"] if document_mask else None
   logits_BxTxV = model.apply({"params": params}, batch["inputs"],
-                             segment_ids=batch["segment_ids"], positions=batch["positions"])
+                             segment_ids=segment_ids, positions=batch["positions"])
   loss_BxT = optax.softmax_cross_entropy_with_integer_labels(
       logits_BxTxV.astype(jnp.float32), batch["targets"])
   mask_BxT = (batch["segment_ids"] > 0).astype(jnp.float32)
@@ -82,19 +87,22 @@ def per_source_sums(loss_BxT: jax.Array, mask_BxT: jax.Array, source_ids_B: jax.
 
 
 def _split_micro(batch: Batch, k: int) -> Batch:
-  return jax.tree.map(lambda x: x.reshape(k, x.shape[0] // k, *x.shape[1:]), batch)
+  # Micro-batch j takes rows j, j + k, j + 2k, ...: each device's rows of the sharded batch split
+  # evenly among the micro-batches, so every micro-batch runs on every device (consecutive rows
+  # would put micro-batch 0 on the first devices only).
+  return jax.tree.map(lambda x: x.reshape(x.shape[0] // k, k, *x.shape[1:]).swapaxes(0, 1), batch)
 
 
 def loss_and_grads(cfg: StepConfig, params: PyTree, batch: Batch):
   """Mean token loss, its gradient, and per-source ``(loss sums [S], tokens [S])``.
 
-  With ``grad_accum_steps = k`` the batch is cut into k micro-batches whose gradients are summed in a
-  ``lax.scan`` (memory of one micro-batch), then divided by the total token count: the result equals
-  the full-batch gradient.
+  With ``grad_accum_steps = k`` the batch is cut into k micro-batches (rows ``j, j + k, ...``) whose
+  gradients are summed in a ``lax.scan`` (memory of one micro-batch), then divided by the total token
+  count: the result equals the full-batch gradient.
   """
   def micro(params, mb):
     def total_loss(p):
-      loss_BxT, mask_BxT = token_losses(cfg.model, p, mb)
+      loss_BxT, mask_BxT = token_losses(cfg.model, p, mb, cfg.document_mask)
       return loss_BxT.sum(), (loss_BxT, mask_BxT)
     (loss_sum, (loss_BxT, mask_BxT)), g = jax.value_and_grad(total_loss, has_aux=True)(params)
     ls, ts = per_source_sums(loss_BxT, mask_BxT, mb["source_ids"], cfg.num_sources)
@@ -159,15 +167,27 @@ def train_step(cfg: StepConfig, state: TrainState, batch: Batch) -> tuple[TrainS
   return new_state, metrics
 
 
-def jit_step(cfg: StepConfig, state_sharding=None, batch_sharding=None):
-  """``train_step`` jitted once, the state donated (its buffers are reused for the new state)."""
+def jit_step(cfg: StepConfig, state_sharding: Any = None,
+             batch_sharding: jax.sharding.NamedSharding | None = None) -> Callable:
+  """``train_step`` jitted once, the state donated (its buffers are reused for the new state).
+
+  With shardings (see :mod:`andrea_jax.sharding`) the state keeps ``state_sharding`` from step to
+  step, the batch arrives as ``batch_sharding`` and the metrics come back replicated, so every
+  process can read them.
+
+  Example:
+    >>> step_fn = jit_step(run.step_config, state_shardings, batch_sharding(mesh))
+    >>> state, metrics = step_fn(state, batch)
+  """
   kw = {}
   if state_sharding is not None:
-    kw = dict(in_shardings=(state_sharding, batch_sharding), out_shardings=(state_sharding, None))
+    metrics = jax.sharding.NamedSharding(batch_sharding.mesh, jax.sharding.PartitionSpec())
+    kw = dict(in_shardings=(state_sharding, batch_sharding), out_shardings=(state_sharding, metrics))
   return jax.jit(lambda s, b: train_step(cfg, s, b), donate_argnums=0, **kw)
 
 
-def eval_losses(model: Transformer, params: PyTree, batch: Batch, num_sources: int):
+def eval_losses(model: Transformer, params: PyTree, batch: Batch, num_sources: int,
+                document_mask: bool = True):
   """Per-source summed loss and token count on a (held-out) batch: ``([S], [S])``."""
-  loss_BxT, mask_BxT = token_losses(model, params, batch)
+  loss_BxT, mask_BxT = token_losses(model, params, batch, document_mask)
   return per_source_sums(loss_BxT, mask_BxT, batch["source_ids"], num_sources)

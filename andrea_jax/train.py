@@ -37,6 +37,7 @@ from andrea_jax import logs
 from andrea_jax import optim
 from andrea_jax import plots
 from andrea_jax import runconfig
+from andrea_jax import sharding
 from andrea_jax import step as step_lib
 from andrea_jax.model import Transformer, flops_per_token, init_params
 
@@ -67,18 +68,25 @@ def init_state(run: runconfig.Run, keys: dict[str, jax.Array]) -> step_lib.Train
 
 
 class _Signals:
-  """SIGTERM/SIGINT set a flag; the loop checkpoints and exits cleanly at the next step boundary."""
+  """SIGTERM/SIGINT stop the run cleanly: it checkpoints and exits at a step boundary.
+
+  One process: a handler sets a flag that the loop reads after each step. Several processes must all
+  stop after the same step (the checkpoint is a collective write), so there SIGTERM is left to JAX's
+  preemption service, which tells every process and picks a step they all reach
+  (``multihost_utils.reached_preemption_sync_point``); a SIGINT is passed on to it as a SIGTERM.
+  """
 
   def __init__(self):
     self.received: int | None = None
     self._old = {}
     self._depth = 0   # nested entries (the whole run, then the loop) install the handlers once
+    self._shared = jax.process_count() > 1 and bool(jax.config.jax_enable_preemption_service)
 
   def __enter__(self):
     self._depth += 1
     if self._depth > 1:
       return self
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGINT,) if self._shared else (signal.SIGTERM, signal.SIGINT):
       try:
         self._old[sig] = signal.signal(sig, self._handle)
       except ValueError:   # not the main thread (e.g. a notebook worker): no handlers
@@ -89,6 +97,18 @@ class _Signals:
     if self.received is not None and signum == signal.SIGINT:
       raise KeyboardInterrupt   # a second Ctrl-C stops at once
     self.received = signum
+    if self._shared:
+      os.kill(os.getpid(), signal.SIGTERM)   # to the preemption service's own handler
+
+  def stop(self, step: int) -> bool:
+    """Whether to checkpoint and exit after ``step`` (the same answer on every process)."""
+    if self._shared:
+      from jax.experimental import multihost_utils
+      if not multihost_utils.reached_preemption_sync_point(step):
+        return False
+      self.received = self.received or signal.SIGTERM
+      return True
+    return self.received is not None
 
   def __exit__(self, *exc):
     self._depth -= 1
@@ -153,11 +173,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   tokenizer = data_lib.load_tokenizer(config.data.tokenizer)
   data = data_lib.open_training_data(config.data, tokenizer, required=run.used_sources)
   keys = _keys(config.seed)
-  step_fn = step_lib.jit_step(run.step_config)
+  mesh_cfg = runconfig.mesh_config(config)
+  mesh = sharding.make_mesh(mesh_cfg)
+  state, state_shardings = sharding.init_sharded(
+      lambda: init_state(run, keys),
+      lambda s: sharding.state_shardings(s, mesh, mesh_cfg.fsdp_min_size))
+  batch_sharding = sharding.batch_sharding(mesh)
+  step_fn = step_lib.jit_step(run.step_config, state_shardings, batch_sharding)
   checkpoints = ckpt_lib.Checkpoints(os.path.join(workdir, "checkpoints"),
                                      keep=config.train.keep_checkpoints)
 
-  state = jax.jit(lambda: init_state(run, keys))()
   restored = checkpoints.restore_latest(jax.tree.map(
       lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state))
   start = 0
@@ -168,13 +193,18 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   logger = logs.RunLogger(workdir, resume_step=start, is_writer=is_main)
   evaluator = eval_lib.Evaluator(run, config, data, tokenizer, keys["eval"], workdir)
 
+  global_rows = config.data.global_batch_size
+  # This process builds only the rows its devices hold: slot k of the global batch's P equal slices.
+  lo, hi = sharding.process_rows(batch_sharding, global_rows)
   sampler = data_lib.MixtureSampler(
-      data, seq_len=config.data.seq_len, global_batch_size=config.data.global_batch_size,
-      seed=config.seed, process_index=jax.process_index(), process_count=jax.process_count())
+      data, seq_len=config.data.seq_len, global_batch_size=global_rows, seed=config.seed,
+      process_index=lo // (hi - lo), process_count=global_rows // (hi - lo))
   feed = feed_lib.ScheduleFeed(curriculum.schedule(state.curriculum), start,
                                run.curriculum_spec.decision_lag)
-  batches = data_lib.Prefetcher(lambda t: sampler.batch(t, feed.weights(t)), start_step=start,
-                                depth=max(2, config.data.prefetch))
+  batches = data_lib.Prefetcher(    # the host-to-device copy happens in the prefetch thread too
+      lambda t: sharding.global_batch(sampler.batch(t, feed.weights(t)), batch_sharding,
+                                      global_rows),
+      start_step=start, depth=max(2, config.data.prefetch))
 
   tokens_per_step = config.data.global_batch_size * config.data.seq_len
   flops = flops_per_token(run.model_config, config.data.seq_len)
@@ -221,7 +251,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
           logger.write(evaluator.run(state.params, t + 1))
         if config.train.checkpoint_every and (t + 1) % config.train.checkpoint_every == 0:
           checkpoint(t + 1)
-        if signals.received is not None:
+        if signals.stop(t):
           print(f"\nsignal {signals.received} at step {t + 1}: checkpointing and exiting")
           checkpoint(t + 1)
           summary["interrupted_at"] = t + 1
