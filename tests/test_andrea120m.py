@@ -1,0 +1,60 @@
+"""experiments/andrea120m.py: each variant validates, and they differ exactly as the seed says."""
+
+import importlib.util
+
+import pytest
+
+from andrea_jax import runconfig
+from conftest import REPO
+
+
+def _get_config(variant):
+  spec = importlib.util.spec_from_file_location("andrea120m", REPO / "experiments" / "andrea120m.py")
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  return mod.get_config(variant)
+
+
+def _flat(d, prefix=""):
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(_flat(v, f"{prefix}{k}."))
+    else:
+      out[prefix + k] = v
+  return out
+
+
+@pytest.fixture(scope="module")
+def configs():
+  return {v: _get_config(v) for v in ("v1", "v2", "v3")}
+
+
+def test_every_variant_validates_as_andrea_120m(configs):
+  for name, c in configs.items():
+    run = runconfig.build(c)
+    m = run.model_config
+    assert (m.num_layers, m.num_heads, m.d_model, m.d_mlp, m.max_len, m.head_dim) == (
+        12, 12, 768, 3072, 1024, 64), name
+    assert m.dtype == "bfloat16" and m.vocab_size == 257, name    # the byte tokenizer's 256 + 1
+    assert c.train.num_steps == 200_000 and c.optim.peak_lr == 3e-4, name
+    assert c.data.global_batch_size * c.data.seq_len == 524_288, name   # 0.5M tokens per step
+    assert c.data.global_batch_size % (8 * c.optim.grad_accum_steps) == 0, name   # 8 GPUs
+    assert run.curriculum_spec.starts.tolist()[:2] == [0, 20_000], name
+
+
+def test_variants_differ_only_where_the_seed_says(configs):
+  v1, v2, v3 = (_flat(configs[v].to_dict()) for v in ("v1", "v2", "v3"))
+  assert {k for k in v1 if v1[k] != v2.get(k)} == {"optim.warmup_steps"}
+  assert (v1["optim.warmup_steps"], v2["optim.warmup_steps"]) == (0, 2000)
+  added = set(v3) - set(v2)
+  assert added and all(k.startswith("curriculum.geometries.v3_polish.") for k in added)
+  assert set(v2) <= set(v3) and all(v2[k] == v3[k] for k in v2)
+  assert v3["curriculum.geometries.v3_polish.start_step"] == 112_619
+  polish = runconfig.build(configs["v3"]).curriculum_spec
+  assert polish.starts.tolist() == [0, 20_000, 112_619]
+
+
+def test_an_unknown_variant_is_refused():
+  with pytest.raises(ValueError, match=r"one of \('v1', 'v2', 'v3'\).*'v4'"):
+    _get_config("v4")
