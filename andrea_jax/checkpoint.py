@@ -2,7 +2,8 @@
 
 Orbax writes each step into a temporary directory and renames it into place when complete, so a
 directory named after a step is a finished write; temporary directories left by a killed process
-are removed when the next :class:`Checkpoints` opens. Orbax does not verify data on restore, so
+are removed when the next :class:`Checkpoints` opens. Steps past the newest ``keep`` are renamed
+into ``deleting/`` before they are removed, so a kill never leaves a half-deleted step either. Orbax does not verify data on restore, so
 after each write lands a background thread *seals* it: it records the size and SHA-256 of every
 file in ``andrea_checksums.json`` (written atomically).
 
@@ -35,6 +36,9 @@ import orbax.checkpoint as ocp
 
 SEAL = "andrea_checksums.json"
 DAMAGED = "damaged"   # where damaged checkpoints newer than the restored one are moved
+# Orbax renames a step past keep-N here (atomic), and we empty it: a kill while deleting then never
+# leaves a half-deleted checkpoint under its step name.
+_DELETING = "deleting"
 _COMMIT = "commit_success.txt"
 _SEAL_TMP = SEAL + ".tmp"
 # Orbax's JSON metadata, parsed by us (with a size cap) before orbax or tensorstore reads any of it.
@@ -201,8 +205,10 @@ class Checkpoints:
         leftover = os.path.join(self.directory, name, _SEAL_TMP)
         if name.isdigit() and os.path.isfile(leftover) and not os.path.islink(leftover):
           os.remove(leftover)
+      self._empty_deleting()
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=True,
-                                           cleanup_tmp_directories=True, create=True)
+                                           cleanup_tmp_directories=True, create=True,
+                                           todelete_subdir=_DELETING)
     self._mngr = ocp.CheckpointManager(
         self.directory, options=options,
         item_handlers={"state": ocp.StandardCheckpointHandler(),
@@ -211,6 +217,9 @@ class Checkpoints:
 
   def all_steps(self) -> list[int]:
     return sorted(self._mngr.all_steps())
+
+  def _empty_deleting(self) -> None:
+    shutil.rmtree(os.path.join(self.directory, _DELETING), ignore_errors=True)
 
   def save(self, step: int, state: Any, meta: dict) -> None:
     """Start an asynchronous save of ``state`` at ``step``; returns once the arrays are copied."""
@@ -232,6 +241,7 @@ class Checkpoints:
       seal(step_dir)
     except FileNotFoundError:
       pass   # removed by the keep-N policy while we hashed it
+    self._empty_deleting()   # the steps this save pushed past keep-N
 
   def wait(self) -> None:
     """Block until every started save is written and sealed."""
@@ -239,6 +249,8 @@ class Checkpoints:
     for t in self._sealers:
       t.join()
     self._sealers.clear()
+    if self._primary:
+      self._empty_deleting()
 
   def restore_latest(self, abstract_state: Any) -> tuple[int, Any, dict] | None:
     """``(step, state, meta)`` of the newest trustworthy checkpoint, or ``None`` if there is none.
