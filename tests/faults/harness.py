@@ -127,7 +127,9 @@ def _last_logged_step(workdir: Path, since: float) -> int | None:
   try:
     if path.stat().st_mtime < since:
       return None
-    lines = path.read_bytes().splitlines()
+    with open(path, "rb") as f:   # the tail is enough (polled every few milliseconds)
+      f.seek(max(0, f.seek(0, os.SEEK_END) - 8192))
+      lines = f.read().splitlines()
   except FileNotFoundError:
     return None
   for line in reversed(lines):
@@ -158,7 +160,7 @@ class Segment:
   def initialised(self) -> bool:
     """It got as far as opening the checkpoints (so orbax had cleaned its temporaries)."""
     return (self.resumed_from is not None or self.newest_after > self.newest_before
-            or self.returncode == 0)
+            or (self.returncode == 0 and "before the run started" not in self.output))
 
   @property
   def steps_lost(self) -> int | None:
@@ -177,8 +179,9 @@ def run_segment(config, workdir: Path, fault: str, *, env: dict[str, str],
   """Run one subprocess of the job in ``workdir`` and inject ``fault`` (see the module docstring).
 
   ``random_step``, ``sigterm`` and ``sigint`` strike after a step drawn uniformly from the resume
-  point to the end of the run, or to ``step_window`` steps past it; ``random_time`` at a moment
-  drawn uniformly in ``[0, random_time_max]`` seconds after the launch (start-up included).
+  point to the end of the run, or to ``step_window`` steps past it; ``random_time`` and
+  ``sigterm_anytime`` at a moment drawn uniformly in ``[0, random_time_max]`` seconds after the
+  launch (start-up included), or at step ``step_window`` past the resume point if that comes first.
   """
   ckpt_dir = workdir / "checkpoints"
   steps_before = set(final_steps(ckpt_dir))
@@ -197,10 +200,9 @@ def run_segment(config, workdir: Path, fault: str, *, env: dict[str, str],
     started_after = None
     try:
       while proc.poll() is None and not fired:
-        if started_after is None:
-          last = _last_logged_step(workdir, t0)
-          if last is not None and last >= newest_before:
-            started_after = time.time() - t0
+        logged = _last_logged_step(workdir, t0)
+        if started_after is None and logged is not None and logged >= newest_before:
+          started_after = time.time() - t0
         if time.time() - t0 > timeout:
           raise TimeoutError(f"segment {fault} ran past {timeout} s; log {log}")
         if fault == "async_write":
@@ -209,10 +211,11 @@ def run_segment(config, workdir: Path, fault: str, *, env: dict[str, str],
         elif fault == "after_commit":
           fire = bool(set(final_steps(ckpt_dir)) - steps_before)
         elif fault in ("random_time", "sigterm_anytime"):
-          fire = time.time() - t0 >= delay
+          # A random moment of the start-up or of the first steps, but never past step_window.
+          fire = (time.time() - t0 >= delay or (step_window is not None and logged is not None
+                                                and logged >= newest_before + step_window))
         elif fault in ("random_step", "sigterm", "sigint"):
-          last = _last_logged_step(workdir, t0)
-          fire = kill_step >= 0 and last is not None and last >= kill_step
+          fire = kill_step >= 0 and logged is not None and logged >= kill_step
           if fire and fault == "random_step":
             time.sleep(float(rng.uniform(0, 0.05)))   # anywhere inside the next step
         elif fault == "none":

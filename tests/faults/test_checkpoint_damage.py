@@ -116,3 +116,20 @@ def test_a_training_run_resumes_past_a_damaged_checkpoint_bit_for_bit(reference,
   assert (workdir / "metrics.jsonl").read_text() == (reference / "metrics.jsonl").read_text()
   assert harness.differences(harness.read_state(workdir / "checkpoints" / str(steps)),
                              harness.read_state(reference / "checkpoints" / str(steps))) == []
+
+
+def test_steps_past_keep_go_through_a_rename_and_leftovers_are_emptied(tmp_path):
+  """Keep-N deletes a step by renaming it into deleting/ first (a kill in the middle of removing the
+  files then leaves nothing under a step name); what a kill leaves in deleting/ is emptied."""
+  directory = tmp_path / "checkpoints"
+  ckpts = ckpt_lib.Checkpoints(str(directory), keep=2)
+  for step in range(1, 5):
+    ckpts.save(step, corrupt.tiny_state(step), {"step": step})
+  ckpts.close()
+  assert sorted(os.listdir(directory)) == ["3", "4"]
+  half_deleted = directory / "deleting" / "2" / "state"
+  half_deleted.mkdir(parents=True)
+  (half_deleted / "_METADATA").write_text("{")
+  ckpts, (step, state, _), messages = _restore(directory)
+  ckpts.close()
+  assert step == 4 and messages == [] and sorted(os.listdir(directory)) == ["3", "4"]
