@@ -112,10 +112,13 @@ def final_steps(ckpt_dir: Path) -> list[int]:
 
 
 def leftovers(ckpt_dir: Path) -> set[str]:
-  """Temporary files and directories a killed run left: orbax's, and a half-written seal."""
+  """Temporary files and directories a killed run left: orbax's, a half-written seal, a step
+  renamed for deletion but not yet removed."""
   if not ckpt_dir.is_dir():
     return set()
   out = {n for n in os.listdir(ckpt_dir) if TMP_MARK in n}
+  if (ckpt_dir / "deleting").is_dir():
+    out |= {f"deleting/{n}" for n in os.listdir(ckpt_dir / "deleting")}
   out |= {f"{n}/{ckpt_lib.SEAL}.tmp" for n in os.listdir(ckpt_dir)
           if n.isdigit() and (ckpt_dir / n / f"{ckpt_lib.SEAL}.tmp").exists()}
   return out
