@@ -1,0 +1,339 @@
+"""Several variants of one model trained in one compiled program (vmap), and the loop to compare.
+
+:func:`train_variants` stacks the ``K`` variants' states along a leading axis and runs one jitted
+program: a ``lax.scan`` over a chunk of steps whose body is the AdamW step of
+:mod:`andrea_jax.step` vmapped over the variants. The learning-rate schedule's ``peak_lr`` and
+``warmup_steps`` are traced per variant (:func:`andrea_jax.optim.warmup_decay` accepts traced
+values), so one compilation serves every warmup length and rate. All the variants see the same
+batch at each step.
+
+**The batches.** They come from the real sampler (:class:`andrea_jax.data.MixtureSampler`, seeded
+with ``config.seed``) on the config's corpus, with a mixture fixed in advance rather than chosen by
+the curriculum (a curriculum reacts to each variant's losses, so it would give each variant other
+batches): by default the first phase of the config's curriculum, i.e. the uniform mixture
+projected onto its first geometry (for the ANDREA geometries: the seven warmup sources at 1/7
+each); or any ``[S]`` vector; or one ``[N, S]`` row per step, e.g. the weights of a simulated
+curriculum (``andrea_jax.curriculum.simulate(...).weights``).
+
+:func:`loop_baseline` trains the same variants one after the other with the normal jitted train
+step (:func:`andrea_jax.step.jit_step`, curriculum and detector updates included) on the same
+batches: the way one would run the ablation without this module, to measure what vmap saves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+
+from andrea_jax import curriculum
+from andrea_jax import data as data_lib
+from andrea_jax import optim
+from andrea_jax import runconfig
+from andrea_jax import step as step_lib
+from andrea_jax import train
+from andrea_jax.ablation import result as result_lib
+from andrea_jax.ablation.variants import Variant, resolve_variants, run_config
+from andrea_jax.model import init_params
+
+PyTree = Any
+Batch = dict[str, jax.Array]
+
+
+@flax.struct.dataclass
+class VariantState:
+  """What one variant carries between steps (stacked ``[K, ...]`` across variants)."""
+  step: jax.Array        # int32 scalar
+  params: PyTree
+  opt_state: PyTree
+  skipped: jax.Array     # int32: non-finite steps skipped so far
+
+
+def make_optimizer(optim_cfg: ml_collections.ConfigDict, total_steps: int, peak_lr: jax.Array,
+                   warmup_steps: jax.Array) -> tuple[optax.GradientTransformation, Any]:
+  """The run's optimizer and schedule with a (possibly traced) ``peak_lr`` and ``warmup_steps``.
+
+  Everything else (betas, weight decay, clipping, decay kind) comes from ``optim_cfg``.
+
+  Example:
+    >>> tx, lr = make_optimizer(config.optim, 200, jnp.float32(3e-3), jnp.float32(20))
+  """
+  def schedule(step):
+    return optim.warmup_decay(step, peak_lr=peak_lr, warmup_steps=warmup_steps,
+                              total_steps=total_steps, kind=optim_cfg.schedule,
+                              min_lr_ratio=optim_cfg.min_lr_ratio,
+                              decay_steps=optim_cfg.decay_steps)
+  return optim.make_optimizer(optim_cfg, total_steps, schedule=schedule), schedule
+
+
+def variant_step(step_cfg: step_lib.StepConfig, optim_cfg: ml_collections.ConfigDict,
+                 total_steps: int, hyper: dict[str, jax.Array], state: VariantState,
+                 batch: Batch) -> tuple[VariantState, dict[str, jax.Array]]:
+  """One AdamW step of one variant: :func:`andrea_jax.step.train_step` without the curriculum.
+
+  The same loss and gradient (:func:`andrea_jax.step.loss_and_grads`), the same clip + AdamW
+  update, the same rule for non-finite steps (skipped, nothing changes). ``hyper`` holds the
+  variant's scalar ``peak_lr`` and ``warmup_steps``; vmap this function over them and the state.
+  """
+  loss, grads, _, _ = step_lib.loss_and_grads(step_cfg, state.params, batch)
+  grad_norm = optax.tree_utils.tree_norm(grads)
+  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+  tx, schedule = make_optimizer(optim_cfg, total_steps, hyper["peak_lr"], hyper["warmup_steps"])
+  updates, opt_state = tx.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
+  new = VariantState(step=state.step + 1, params=keep(params, state.params),
+                     opt_state=keep(opt_state, state.opt_state),
+                     skipped=state.skipped + (~finite).astype(jnp.int32))
+  return new, {"loss": loss, "grad_norm": grad_norm, "lr": schedule(state.step)}
+
+
+def _hyper(variants: list[Variant]) -> dict[str, jax.Array]:
+  return {"peak_lr": jnp.asarray([v.peak_lr for v in variants], jnp.float32),
+          "warmup_steps": jnp.asarray([v.warmup_steps for v in variants], jnp.float32)}
+
+
+def _stack(trees: list[PyTree]) -> PyTree:
+  return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
+
+
+def _unstack(tree: PyTree, k: int) -> PyTree:
+  return jax.tree.map(lambda x: x[k], tree)
+
+
+def init_variants(run: runconfig.Run, optim_cfg: ml_collections.ConfigDict, total_steps: int,
+                  variants: list[Variant]) -> VariantState:
+  """Stacked initial states: variant ``k``'s parameters are those of a normal run with its seed."""
+  params = _stack([
+      jax.jit(init_params, static_argnums=0)(
+          dataclasses.replace(run.model_config, init_std=v.init_std),
+          train._keys(v.seed)["params"])   # the trainer's own key derivation
+      for v in variants])
+  hyper = _hyper(variants)
+  opt_state = jax.vmap(lambda h, p: make_optimizer(
+      optim_cfg, total_steps, h["peak_lr"], h["warmup_steps"])[0].init(p))(hyper, params)
+  k = len(variants)
+  return VariantState(step=jnp.zeros((k,), jnp.int32), params=params, opt_state=opt_state,
+                      skipped=jnp.zeros((k,), jnp.int32))
+
+
+# --------------------------------------------------------------------------------------------------
+# Data: the fixed mixture, the batches of a chunk of steps, the held-out windows.
+
+
+def default_mixture(run: runconfig.Run) -> np.ndarray:
+  """``[S]``: the first phase of the config's curriculum (uniform, projected onto geometry 0)."""
+  state = curriculum.init(run.curriculum_spec, jax.random.PRNGKey(0))
+  return np.asarray(curriculum.weights_at(curriculum.schedule(state), 0), np.float64)
+
+
+def _mixture_table(run: runconfig.Run, mixture: Any, num_steps: int) -> np.ndarray:
+  """``[N, S]`` weights of every step, validated."""
+  num_sources = len(run.sources)
+  w = default_mixture(run) if mixture is None else np.asarray(mixture, np.float64)
+  if w.shape == (num_sources,):
+    w = np.broadcast_to(w, (num_steps, num_sources))
+  if w.shape != (num_steps, num_sources):
+    raise ValueError(f"mixture must have shape [{num_sources}] or [num_steps = {num_steps}, "
+                     f"{num_sources}], got {w.shape}")
+  if not np.all(np.isfinite(w)) or np.any(w < 0):
+    raise ValueError("mixture weights must be finite and >= 0")
+  bad = np.flatnonzero(np.abs(w.sum(-1) - 1) > 1e-5)
+  if bad.size:
+    raise ValueError(f"mixture rows must sum to 1; row {bad[0]} sums to {w[bad[0]].sum():.6f}")
+  return w
+
+
+class _Data:
+  """The corpus, the sampler and the held-out windows of an ablation."""
+
+  def __init__(self, config: ml_collections.ConfigDict, run: runconfig.Run, weights_NxS):
+    used = tuple(s for s, u in zip(run.sources, (weights_NxS > 0).any(0)) if u)
+    self.tokenizer = data_lib.load_tokenizer(config.data.tokenizer)
+    self.data = data_lib.open_training_data(config.data, self.tokenizer, required=used,
+                                            progress=False)
+    self.sampler = data_lib.MixtureSampler(self.data, seq_len=config.data.seq_len,
+                                           global_batch_size=config.data.global_batch_size,
+                                           seed=config.seed)
+    self.weights_NxS = weights_NxS
+    self.eval_sources = used
+    parts = []
+    for name in used:
+      b = data_lib.eval_batches(self.data, name, seq_len=config.data.seq_len,
+                                num_sequences=config.eval.sequences_per_source)
+      parts.append(dict(b, source_ids=np.full((b["inputs"].shape[0],), run.sources.index(name),
+                                              np.int32)))
+    self.eval_batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+  def chunk(self, bounds: tuple[int, int]) -> Batch:
+    """The batches of steps ``[lo, hi)`` stacked: ``[hi - lo, B, T]`` (``source_ids [C, B]``)."""
+    lo, hi = bounds
+    batches = [self.sampler.batch(t, self.weights_NxS[t]) for t in range(lo, hi)]
+    return {k: np.stack([b[k] for b in batches]) for k in batches[0]}
+
+
+def _chunks(num_steps: int, eval_every: int, chunk_steps: int) -> list[tuple[int, int]]:
+  """Step ranges ``[lo, hi)``; every evaluation step (and ``num_steps``) ends a chunk."""
+  ends = set(range(chunk_steps, num_steps, chunk_steps)) | {num_steps}
+  if eval_every:
+    ends |= set(range(eval_every, num_steps, eval_every))
+  ends = sorted(ends)
+  return list(zip([0] + ends[:-1], ends))
+
+
+def _check_counts(num_steps: int, eval_every: int, chunk_steps: int) -> None:
+  for name, v, lo in (("num_steps", num_steps, 1), ("eval_every", eval_every, 0),
+                      ("chunk_steps", chunk_steps, 1)):
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+      raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+
+
+def _eval_fn(run: runconfig.Run):
+  model, num_sources = run.step_config.model, len(run.sources)
+  per_variant = lambda p, b: step_lib.eval_losses(model, p, b, num_sources)
+  return jax.jit(jax.vmap(per_variant, in_axes=(0, None)))
+
+
+def _setup(config, variants, num_steps, eval_every, chunk_steps, mixture):
+  _check_counts(num_steps, eval_every, chunk_steps)
+  resolved = resolve_variants(config, variants, num_steps)
+  base = run_config(config, num_steps)
+  run = runconfig.build(base)
+  weights_NxS = _mixture_table(run, mixture, num_steps)
+  return resolved, base, run, _Data(base, run, weights_NxS)
+
+
+# --------------------------------------------------------------------------------------------------
+# The two ways to train.
+
+
+def train_variants(config: ml_collections.ConfigDict, variants: list[dict[str, Any]],
+                   num_steps: int | None = None, *, eval_every: int = 0, chunk_steps: int = 50,
+                   mixture: Any = None, samples: bool = True) -> result_lib.AblationResult:
+  """Trains ``K`` variants of ``config``'s model in one compiled program; returns every curve.
+
+  The program is ``jit(scan over a chunk of steps of vmap over variants of variant_step)``, the
+  state donated; chunks end at the evaluations (every ``eval_every`` steps and at the end), where
+  the held-out loss of every variant and source is computed (one vmapped call). Chunks of another
+  length (a remainder) compile once more.
+
+  Args:
+    config: a run config (``experiments/tiny.py``); its model, data, optimizer and ``seed`` (the
+      batches' seed) are shared by every variant.
+    variants: ``K`` dicts of :data:`~andrea_jax.ablation.variants.VARIANT_FIELDS`.
+    num_steps: training steps (default ``config.train.num_steps``); also the schedule's length.
+    eval_every: steps between held-out evaluations; 0 = only at the end.
+    chunk_steps: steps per compiled scan (host round trips happen only between chunks).
+    mixture: ``None`` (the curriculum's first phase), ``[S]`` or ``[num_steps, S]`` weights.
+    samples: generate text from ``config.eval.prompts`` at the end and score its repetition.
+
+  Returns:
+    An :class:`~andrea_jax.ablation.result.AblationResult` (``loss [K, N]``, ``eval_loss [K, E,
+    S]``, final stacked ``params``, samples and repetition scores, timings).
+
+  Example:
+    >>> res = train_variants(tiny_config, [{"warmup_steps": 0, "seed": s} for s in range(4)]
+    ...                      + [{"warmup_steps": 50, "seed": s} for s in range(4)], 500,
+    ...                      eval_every=100)
+    >>> res.loss.shape, res.final_loss().round(2)
+    ((8, 500), array([...]))
+  """
+  num_steps = config.train.num_steps if num_steps is None else num_steps
+  resolved, base, run, data = _setup(config, variants, num_steps, eval_every, chunk_steps, mixture)
+  step_cfg = run.step_config
+  optim_cfg = base.optim
+  hyper = _hyper(resolved)
+
+  def chunk_fn(states, hyper, batches):
+    one = lambda h, s, b: variant_step(step_cfg, optim_cfg, num_steps, h, s, b)
+    body = lambda states, batch: jax.vmap(one, in_axes=(0, 0, None))(hyper, states, batch)
+    return jax.lax.scan(body, states, batches)   # metrics [C, K]
+
+  program = jax.jit(chunk_fn, donate_argnums=0)
+  evaluate = _eval_fn(run)
+  states = init_variants(run, optim_cfg, num_steps, resolved)
+  chunks = _chunks(num_steps, eval_every, chunk_steps)
+  compiled: dict[int, Any] = {}
+  timer = result_lib.Timer()
+  metrics, evals = [], []
+  with data_lib.Prefetcher(lambda i: data.chunk(chunks[i]), start_step=0, depth=2,
+                           end_step=len(chunks)) as batches:
+    for (lo, hi), chunk in zip(chunks, batches):
+      n = hi - lo
+      if n not in compiled:   # ahead-of-time, so that compilation is timed on its own
+        with timer.compiling():
+          compiled[n] = program.lower(states, hyper, chunk).compile()
+      with timer.running():
+        states, m = compiled[n](states, hyper, chunk)
+        metrics.append(m)
+        if hi == num_steps or (eval_every and hi % eval_every == 0):
+          evals.append((hi, evaluate(states.params, data.eval_batch)))
+        jax.block_until_ready(states.params)
+  return result_lib.collect(run, data, resolved, metrics, evals, states.params,
+                            states.skipped, timer, samples=samples, config=base,
+                            num_steps=num_steps, method="vmap")
+
+
+def loop_baseline(config: ml_collections.ConfigDict, variants: list[dict[str, Any]],
+                  num_steps: int | None = None, *, eval_every: int = 0, chunk_steps: int = 50,
+                  mixture: Any = None, samples: bool = True) -> result_lib.AblationResult:
+  """The same ablation, one variant after the other, each with the normal jitted train step.
+
+  Each variant gets its own config (its seed, warmup, rate, init scale), its own
+  :func:`andrea_jax.runconfig.build`, :func:`andrea_jax.train.init_state` and
+  :func:`andrea_jax.step.jit_step` (so its own compilation, as a user running the variants as
+  separate jobs would get), and the same batches as :func:`train_variants`. Arguments and result
+  as in :func:`train_variants`.
+
+  Example:
+    >>> fast = train_variants(c, vs, 200); slow = loop_baseline(c, vs, 200)
+    >>> slow.seconds / fast.seconds   # the speed-up of the vmapped program
+  """
+  num_steps = config.train.num_steps if num_steps is None else num_steps
+  resolved, base, run, data = _setup(config, variants, num_steps, eval_every, chunk_steps, mixture)
+  evaluate = _eval_fn(run)
+  chunks = _chunks(num_steps, eval_every, chunk_steps)
+  timer = result_lib.Timer()
+  finals, skipped, per_variant_metrics, per_variant_evals = [], [], [], []
+  for v in resolved:
+    vrun = runconfig.build(run_config(base, num_steps, v))
+    state = jax.jit(lambda: train.init_state(vrun, train._keys(v.seed)))()
+    step_fn = step_lib.jit_step(vrun.step_config)
+    metrics, evals = [], []
+    with data_lib.Prefetcher(lambda i: data.chunk(chunks[i]), start_step=0, depth=2,
+                             end_step=len(chunks)) as batches:
+      for (lo, hi), chunk in zip(chunks, batches):
+        if lo == 0:
+          with timer.compiling():
+            step_fn = step_fn.lower(state, _row(chunk, 0)).compile()
+        with timer.running():
+          for i in range(hi - lo):
+            state, m = step_fn(state, _row(chunk, i))
+            metrics.append({k: m[k] for k in ("loss", "grad_norm", "lr", "finite")})
+          if hi == num_steps or (eval_every and hi % eval_every == 0):
+            evals.append((hi, jax.tree.map(lambda x: x[0],
+                                           evaluate(_stack([state.params]), data.eval_batch))))
+          jax.block_until_ready(state.params)
+    finals.append(state.params)
+    skipped.append(sum(int(not bool(m["finite"])) for m in metrics))
+    per_variant_metrics.append({k: jnp.stack([m[k] for m in metrics])
+                                for k in ("loss", "grad_norm", "lr")})
+    per_variant_evals.append(evals)
+  # Into the layout of train_variants: one chunk of metrics [N, K], evaluations over [K, ...].
+  metrics = [{k: jnp.stack([m[k] for m in per_variant_metrics], axis=1)
+              for k in ("loss", "grad_norm", "lr")}]
+  evals = [(step, jax.tree.map(lambda *xs: jnp.stack(xs), *[e[j][1] for e in per_variant_evals]))
+           for j, (step, _) in enumerate(per_variant_evals[0])]
+  return result_lib.collect(run, data, resolved, metrics, evals, _stack(finals),
+                            jnp.asarray(skipped), timer, samples=samples, config=base,
+                            num_steps=num_steps, method="loop")
+
+
+def _row(chunk: Batch, i: int) -> Batch:
+  return {k: v[i] for k, v in chunk.items()}

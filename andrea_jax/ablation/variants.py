@@ -1,0 +1,99 @@
+"""What an ablation varies: per-variant hyper-parameters, validated, and the run they belong to.
+
+A *variant* is a dict with any of :data:`VARIANT_FIELDS`; the fields it leaves out take the config's
+value. Everything else (model shape, batch, data, weight decay, schedule kind) is shared by all the
+variants of one ablation, which is what lets them train in one vmapped program:
+
+* ``seed``: the parameter initialisation, ``train._keys(seed)["params"]`` -- the same parameters a
+  normal run with ``config.seed = seed`` starts from. The batches do not depend on it: every variant
+  sees the same batches (drawn with ``config.seed``), so differences between variants come from
+  the initialisation and the optimizer alone;
+* ``warmup_steps``: the linear learning-rate warmup (0 = v1, the first step at the peak rate);
+* ``peak_lr``: the rate at the end of the warmup;
+* ``init_std``: the standard deviation of the initialisation (``ModelConfig.init_std``); it only
+  changes the starting point, never the forward pass, so it too can vary across one program.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import ml_collections
+
+VARIANT_FIELDS = ("seed", "warmup_steps", "peak_lr", "init_std")
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+  """One fully specified variant (every field set)."""
+  seed: int
+  warmup_steps: int
+  peak_lr: float
+  init_std: float
+
+  @property
+  def label(self) -> str:
+    """``"seed=0 warmup=20 lr=0.003 init=0.02"``."""
+    return (f"seed={self.seed} warmup={self.warmup_steps} lr={self.peak_lr:g} "
+            f"init={self.init_std:g}")
+
+  def to_dict(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+
+def resolve_variants(config: ml_collections.ConfigDict, variants: list[dict[str, Any]],
+                     num_steps: int) -> list[Variant]:
+  """Fills each variant's missing fields from ``config`` and validates all of them.
+
+  Raises ``ValueError``/``TypeError`` naming the variant index, the field and the value.
+
+  Example:
+    >>> resolve_variants(config, [{"warmup_steps": 0}, {"warmup_steps": 20, "seed": 1}], 200)
+    [Variant(seed=0, warmup_steps=0, ...), Variant(seed=1, warmup_steps=20, ...)]
+  """
+  if isinstance(variants, dict) or not isinstance(variants, (list, tuple)) or not variants:
+    raise ValueError(f"variants must be a non-empty list of dicts, got {variants!r}")
+  defaults = {"seed": config.seed, "warmup_steps": config.optim.warmup_steps,
+              "peak_lr": config.optim.peak_lr, "init_std": config.model.init_std}
+  out = []
+  for i, v in enumerate(variants):
+    if not isinstance(v, dict):
+      raise TypeError(f"variants[{i}] must be a dict, got {v!r}")
+    unknown = sorted(set(v) - set(VARIANT_FIELDS))
+    if unknown:
+      raise ValueError(f"variants[{i}] has unknown field(s) {unknown}; an ablation varies only "
+                       f"{list(VARIANT_FIELDS)} (anything else changes the program: run it "
+                       "separately)")
+    f = {**defaults, **v}
+    seed, warmup, lr, std = f["seed"], f["warmup_steps"], f["peak_lr"], f["init_std"]
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
+      raise ValueError(f"variants[{i}].seed must be an integer in [0, 2**31), got {seed!r}")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or not 0 <= warmup <= num_steps:
+      raise ValueError(f"variants[{i}].warmup_steps must be an integer in [0, num_steps = "
+                       f"{num_steps}], got {warmup!r}")
+    for name, x in (("peak_lr", lr), ("init_std", std)):
+      if (isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x)
+          or not x > 0):
+        raise ValueError(f"variants[{i}].{name} must be a finite number > 0, got {x!r}")
+    out.append(Variant(seed=seed, warmup_steps=warmup, peak_lr=float(lr), init_std=float(std)))
+  return out
+
+
+def run_config(config: ml_collections.ConfigDict, num_steps: int,
+               variant: Variant | None = None) -> ml_collections.ConfigDict:
+  """A copy of ``config`` for ``num_steps`` steps, with ``variant``'s fields written in if given.
+
+  Without a variant the optimizer's warmup is clipped to the run (each variant brings its own).
+  """
+  c = config.copy_and_resolve_references()
+  c.train.num_steps = num_steps
+  if variant is None:
+    c.optim.warmup_steps = min(c.optim.warmup_steps, num_steps)
+  else:
+    c.seed = variant.seed
+    c.optim.warmup_steps = variant.warmup_steps
+    c.optim.peak_lr = variant.peak_lr
+    c.model.init_std = variant.init_std
+  return c
