@@ -10,7 +10,7 @@ overrides any field on the command line (``--config.optim.peak_lr=1e-3``). Secti
 * ``train``      -- run length, logging, checkpoints;
 * ``eval``       -- held-out loss and text samples;
 * ``cliff``      -- the zombie-cliff detector (:mod:`andrea_jax.cliff`);
-* ``mesh``       -- the device mesh: data-parallel and fully-sharded axes (:mod:`andrea_jax.sharding`);
+* ``mesh``       -- the device mesh, data-parallel and fully-sharded axes (:mod:`.sharding`);
 * ``distributed`` -- multi-host start-up (:mod:`andrea_jax.distributed`).
 """
 

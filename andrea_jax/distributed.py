@@ -5,6 +5,10 @@ processes and this process's id come, in order of precedence, from the ``distrib
 from the ``JAX_COORDINATOR_ADDRESS`` / ``JAX_NUM_PROCESSES`` / ``JAX_PROCESS_ID`` environment variables,
 or from the cluster's own environment (SLURM, Open MPI, TPU VM metadata), which
 ``jax.distributed.initialize()`` detects by itself. A single process with nothing set does nothing.
+
+Call it before anything touches a device, and after any Python SIGTERM handler has been put back:
+initialising starts JAX's preemption service, whose own SIGTERM handler lets every process agree on
+the step at which to checkpoint and stop (see ``andrea_jax.train``).
 """
 
 from __future__ import annotations
@@ -24,11 +28,18 @@ def distributed_config() -> ml_collections.ConfigDict:
   d.num_processes = 0          # total processes (hosts); 0 = from the environment
   d.process_id = -1            # this process's index; -1 = from the environment
   d.local_device_ids = ""      # comma-separated local device ids this process uses; "" = all
+  d.auto = False               # True: jax.distributed.initialize() finds everything (TPU VM slices)
   return d
 
 
 def maybe_initialize(config: ml_collections.ConfigDict) -> bool:
-  """Initialise the multi-process runtime when the config or the environment asks; returns whether."""
+  """Initialise the multi-process runtime when the config or the environment asks; returns whether.
+
+  Example (process 1 of 2, both on this machine):
+    >>> c.distributed.update(coordinator_address="127.0.0.1:12345", num_processes=2, process_id=1)
+    >>> maybe_initialize(c)
+    True
+  """
   d = config.get("distributed") or distributed_config()
   addr = d.coordinator_address or os.environ.get("JAX_COORDINATOR_ADDRESS", "")
   if addr:
@@ -40,11 +51,27 @@ def maybe_initialize(config: ml_collections.ConfigDict) -> bool:
                        "JAX_PROCESS_ID")
     if pid >= num:
       raise ValueError(f"distributed.process_id = {pid} must be < num_processes = {num}")
-    local = [int(x) for x in d.local_device_ids.split(",")] if d.local_device_ids else None
+    try:
+      local = [int(x) for x in d.local_device_ids.split(",")] if d.local_device_ids else None
+    except ValueError:
+      raise ValueError(f"distributed.local_device_ids must be comma-separated integers, got "
+                       f"{d.local_device_ids!r}") from None
+    _cpu_collectives()
     jax.distributed.initialize(coordinator_address=addr, num_processes=num, process_id=pid,
                                local_device_ids=local)
     return True
-  if any(v in os.environ for v in _CLUSTER_ENV):
+  if d.get("auto", False) or any(v in os.environ for v in _CLUSTER_ENV):
+    _cpu_collectives()
     jax.distributed.initialize()
     return True
   return False
+
+
+def _cpu_collectives() -> None:
+  # CPU processes talk through gloo over TCP (the default from jax 0.4.36; older versions had none,
+  # and a multi-process CPU run then failed at its first collective). GPUs and TPUs ignore it.
+  try:
+    if jax.config.jax_cpu_collectives_implementation is None:
+      jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  except AttributeError:
+    pass

@@ -24,10 +24,10 @@ from andrea_jax.data.config import validate_data_config
 from andrea_jax.model import ModelConfig, Transformer
 
 # Dense bf16 peak FLOP/s by device kind, for MFU. CPU has no meaningful peak: MFU is not reported.
-PEAK_FLOPS = {
-    "H100": 989e12, "H200": 989e12, "H800": 989e12, "A100": 312e12, "A10G": 125e12,
-    "L4": 121e12, "TPU v4": 275e12, "TPU v5 lite": 197e12, "TPU v5e": 197e12, "TPU v5p": 459e12,
-    "TPU v6 lite": 918e12, "TPU v6e": 918e12,
+PEAK_FLOPS = {   # first match wins: the PCIe and NVL parts before the SXM "H100"
+    "H100 PCIe": 756e12, "H100 NVL": 835e12, "H100": 989e12, "H200": 989e12, "H800": 989e12,
+    "A100": 312e12, "A10G": 125e12, "L4": 121e12, "TPU v4": 275e12, "TPU v5 lite": 197e12,
+    "TPU v5e": 197e12, "TPU v5p": 459e12, "TPU v6 lite": 918e12, "TPU v6e": 918e12,
 }
 
 

@@ -1,20 +1,22 @@
-"""The device mesh and the shardings of a run: data parallel over ``data``, fully sharded over ``fsdp``.
+"""The device mesh and the shardings of a run: data parallel over ``data``, fully sharded (FSDP)
+over ``fsdp``.
 
-The mesh has two axes, ``("data", "fsdp")``, sized by the ``mesh`` config section (``mesh.data = -1``
-takes every device the ``fsdp`` axis leaves). The same config runs on one CPU, on eight simulated CPU
-devices, on one GPU, on several GPU hosts and on a TPU slice: only the device count changes.
+The mesh has two axes, ``("data", "fsdp")``, sized by the ``mesh`` config section
+(``mesh.data = -1`` takes every device the ``fsdp`` axis leaves). The same config runs on one CPU,
+on eight simulated CPU devices, on one GPU, on several GPU hosts and on a TPU slice: only the device
+count changes.
 
 Where each array lives:
 
 * **batch** ``[B, ...]``: rows split over both axes, ``P(("data", "fsdp"))``: every device holds
   ``B / (data * fsdp)`` rows;
-* **parameters and optimizer moments** (the FSDP rule): an array with at least ``mesh.fsdp_min_size``
-  elements is split over the ``fsdp`` axis along its *largest* dimension divisible by the ``fsdp``
-  size (the lowest-numbered such dimension on ties); a smaller array, or one with no divisible
-  dimension, is replicated. With ``fsdp = 1`` everything is replicated (plain data parallelism).
-  For ANDREA-120M on ``fsdp = 8`` that splits every matrix and embedding (``wte [50304, 768]`` along
-  its rows, ``c_fc [768, 3072]`` along its columns) and replicates the biases and LayerNorms. XLA
-  gathers a parameter before its use and reduce-scatters its gradient;
+* **parameters and optimizer moments** (the FSDP rule): an array with at least
+  ``mesh.fsdp_min_size`` elements is split over the ``fsdp`` axis along its *largest* dimension
+  divisible by the ``fsdp`` size (the lowest-numbered such dimension on ties); a smaller array, or
+  one with no divisible dimension, is replicated. With ``fsdp = 1`` everything is replicated (plain
+  data parallelism). For ANDREA-120M on ``fsdp = 8`` that splits every matrix and embedding
+  (``wte [50304, 768]`` along its rows, ``c_fc [768, 3072]`` along its columns) and replicates the
+  biases and LayerNorms. XLA gathers a parameter before its use and reduce-scatters its gradient;
 * **everything else** in the training state (step, curriculum, detector): replicated.
 
 Parameters are created directly in their shards: :func:`init_sharded` traces the initialiser with
@@ -47,7 +49,7 @@ def mesh_section() -> ml_collections.ConfigDict:
   """The ``mesh`` section of a run config."""
   m = ml_collections.ConfigDict()
   m.data = -1               # devices on the data-parallel axis; -1 = all the devices fsdp leaves
-  m.fsdp = 1                # devices on the fully-sharded axis (parameters and moments split); 1 = plain DP
+  m.fsdp = 1                # devices on the fully-sharded axis (parameters, moments split); 1 = DP
   m.fsdp_min_size = 2**16   # elements; smaller parameters stay replicated even when fsdp > 1
   return m
 
@@ -74,9 +76,10 @@ def mesh_shape(cfg: ml_collections.ConfigDict, device_count: int) -> tuple[int, 
   fsdp = _int_field(cfg, "fsdp", 1)
   _int_field(cfg, "fsdp_min_size", 0)
   data = cfg.data
-  if isinstance(data, bool) or not isinstance(data, (int, np.integer)) or not (data == -1
-                                                                               or data >= 1):
-    raise ValueError(f"mesh.data must be -1 (all remaining devices) or an integer >= 1, got {data!r}")
+  if (isinstance(data, bool) or not isinstance(data, (int, np.integer))
+      or not (data == -1 or data >= 1)):
+    raise ValueError(f"mesh.data must be -1 (all remaining devices) or an integer >= 1, "
+                     f"got {data!r}")
   if data == -1:
     if device_count % fsdp:
       raise ValueError(f"mesh.fsdp = {fsdp} does not divide the {device_count} devices")
@@ -152,7 +155,8 @@ def replicated(tree: PyTree, mesh: Mesh) -> PyTree:
 
 
 def state_shardings(abstract_state: Any, mesh: Mesh, min_size: int) -> Any:
-  """Shardings of a training state: ``params`` and ``opt_state`` by the FSDP rule, the rest replicated.
+  """Shardings of a training state: ``params`` and ``opt_state`` by the FSDP rule, the rest
+  replicated.
 
   ``abstract_state`` is a ``flax.struct`` dataclass with ``params`` and ``opt_state`` fields (such
   as :class:`andrea_jax.step.TrainState`), of arrays or ``ShapeDtypeStruct``. AdamW's moments have

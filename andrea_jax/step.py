@@ -96,9 +96,9 @@ def _split_micro(batch: Batch, k: int) -> Batch:
 def loss_and_grads(cfg: StepConfig, params: PyTree, batch: Batch):
   """Mean token loss, its gradient, and per-source ``(loss sums [S], tokens [S])``.
 
-  With ``grad_accum_steps = k`` the batch is cut into k micro-batches (rows ``j, j + k, ...``) whose
-  gradients are summed in a ``lax.scan`` (memory of one micro-batch), then divided by the total token
-  count: the result equals the full-batch gradient.
+  With ``grad_accum_steps = k`` the batch is cut into k micro-batches (rows ``j, j + k, ...``)
+  whose gradients are summed in a ``lax.scan`` (memory of one micro-batch), then divided by the
+  total token count: the result equals the full-batch gradient.
   """
   def micro(params, mb):
     def total_loss(p):
@@ -182,7 +182,8 @@ def jit_step(cfg: StepConfig, state_sharding: Any = None,
   kw = {}
   if state_sharding is not None:
     metrics = jax.sharding.NamedSharding(batch_sharding.mesh, jax.sharding.PartitionSpec())
-    kw = dict(in_shardings=(state_sharding, batch_sharding), out_shardings=(state_sharding, metrics))
+    kw = dict(in_shardings=(state_sharding, batch_sharding),
+              out_shardings=(state_sharding, metrics))
   return jax.jit(lambda s, b: train_step(cfg, s, b), donate_argnums=0, **kw)
 
 

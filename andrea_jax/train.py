@@ -4,7 +4,9 @@ The loop, in the order a newcomer should read it:
 
 1. validate the whole config (nothing compiles before this passes);
 2. open the data (the built-in corpus is generated and prepared once, then cached) and the tokenizer;
-3. build the model, the optimizer, the curriculum and the step, jitted once with the state donated;
+3. build the model, the optimizer, the curriculum and the step, jitted once with the state donated,
+   on the device mesh of :mod:`andrea_jax.sharding` (parameters and moments created in their shards;
+   each process builds only its rows of the global batch);
 4. restore the newest trustworthy checkpoint of ``workdir``, if any: the resumed run is identical to an
    uninterrupted one (the batches are a pure function of (seed, step, weights), and everything else is
    in the state);
@@ -34,12 +36,11 @@ from andrea_jax import data as data_lib
 from andrea_jax import evaluate as eval_lib
 from andrea_jax import feed as feed_lib
 from andrea_jax import logs
-from andrea_jax import optim
 from andrea_jax import plots
 from andrea_jax import runconfig
 from andrea_jax import sharding
 from andrea_jax import step as step_lib
-from andrea_jax.model import Transformer, flops_per_token, init_params
+from andrea_jax.model import flops_per_token, init_params
 
 
 class TrainingHalted(RuntimeError):
@@ -80,7 +81,10 @@ class _Signals:
     self.received: int | None = None
     self._old = {}
     self._depth = 0   # nested entries (the whole run, then the loop) install the handlers once
-    self._shared = jax.process_count() > 1 and bool(jax.config.jax_enable_preemption_service)
+    # Without jax.distributed (a TPU slice started without it) there is no service: each process
+    # then handles its own signals, and a notice must reach all of them (distributed.auto = True).
+    self._shared = (jax.process_count() > 1 and jax.distributed.is_initialized()
+                    and bool(jax.config.jax_enable_preemption_service))
 
   def __enter__(self):
     self._depth += 1
@@ -208,7 +212,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
 
   tokens_per_step = config.data.global_batch_size * config.data.seq_len
   flops = flops_per_token(run.model_config, config.data.seq_len)
-  peak = runconfig.peak_flops()
+  peak = runconfig.peak_flops()              # this process's devices; tokens_per_step is global
+  peak = peak * jax.process_count() if peak else None
   bar = None
   if is_main and config.train.progress_bar:
     from tqdm.auto import tqdm

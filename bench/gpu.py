@@ -1,10 +1,10 @@
 """ANDREA-120M training throughput on one GPU, against a PyTorch yardstick, printed as one table.
 
-Each row is the real training step (``andrea_jax.step.jit_step``: forward, backward, clipping, AdamW,
-per-source losses, curriculum and zombie-cliff updates) of ANDREA-120M (``andrea_120m()``, bf16
-compute, float32 master weights, fused QKV, vocabulary padded to 50304, state donated, cuDNN
-attention picked by ``attention_impl = "auto"``) at B=64, T=1024 on synthetic tokens already on the
-device, timed over back-to-back steps with no host sync in between. Columns: tokens/s, MFU =
+Each row is the real training step (``andrea_jax.step.jit_step``: forward, backward, clipping,
+AdamW, per-source losses, curriculum and zombie-cliff updates) of ANDREA-120M (``andrea_120m()``,
+bf16 compute, float32 master weights, fused QKV, vocabulary padded to 50304, state donated, cuDNN
+attention picked by ``attention_impl = "auto"``) at B=64, T=1024 on synthetic tokens already on
+the device, timed over back-to-back steps with no host sync in between. Columns: tokens/s, MFU =
 ``flops_per_token`` (6N + 12 L d T) x tokens/s / peak (989 TFLOP/s dense bf16 on an H100 SXM or
 H200), peak device memory (``peak_bytes_in_use``), the attention kernel found in the compiled
 program, and the ratio to the last row: GPT-2-small in plain PyTorch (bench/torch_gpt2.py:
@@ -14,7 +14,7 @@ Every row runs in its own subprocess (XLA flags must be set before jax starts; a
 out-of-memory or a timeout fills that row with the reason and the table goes on).
 
 Rows (the XLA flag sets are listed under the table):
-  default flags, causal       -- train.document_mask = False: one causal mask per row, no mask tensor
+  default flags, causal       -- train.document_mask = False: plain causal, no mask tensor
   tuned flags, causal         -- latency-hiding scheduler on, Triton GEMMs off (cuBLAS)
   no command buffers, causal  -- CUDA graphs off, to measure what they bring (full run only)
   tuned, packed documents     -- the default document mask (cuDNN gets it as a dense bias)
@@ -223,7 +223,8 @@ def main():
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--quick", action="store_true", help="two JAX rows and PyTorch, fewer steps")
   ap.add_argument("--cpu", action="store_true", help="tiny model on the CPU (checks the script)")
-  ap.add_argument("--variants", default="", help=f"comma-separated flag sets: {', '.join(FLAG_SETS)}")
+  ap.add_argument("--variants", default="",
+                  help=f"comma-separated flag sets: {', '.join(FLAG_SETS)}")
   ap.add_argument("--timeout", type=float, default=0, help="seconds per row (default 300, CPU 600)")
   ap.add_argument("--child", default="", help=argparse.SUPPRESS)
   args = ap.parse_args()
@@ -268,7 +269,8 @@ def main():
     verdict = "met" if best["tokens_per_s"] >= TARGET_TOKENS else "NOT met"
     print(f"best causal JAX row: {best['tokens_per_s']:,.0f} tokens/s "
           f"(target {TARGET_TOKENS:,.0f}, aim {AIM_TOKENS:,.0f}: {verdict})"
-          + (f"; {best['tokens_per_s'] / ref:.2f}x PyTorch (target {TARGET_RATIO}x)" if ref else ""))
+          + (f"; {best['tokens_per_s'] / ref:.2f}x PyTorch (target {TARGET_RATIO}x)"
+             if ref else ""))
   bad = [row["label"] for row, r in zip(rows, results) if r.get("finite") is False]
   if bad:
     print(f"non-finite loss in: {', '.join(bad)}")

@@ -1,17 +1,17 @@
 """The PyTorch yardstick for bench/gpu.py: GPT-2-small as a careful PyTorch user writes it.
 
-Same architecture as ``andrea_jax.model`` (pre-LayerNorm blocks, fused QKV, tanh-GELU MLP, learned
-positions, tied output embedding, vocabulary padded to a multiple of 128, GPT-2 initialisation) and
-the same training step (cross-entropy over the real vocabulary, global-norm clipping at 1.0, AdamW
-betas (0.9, 0.95), weight decay 0.1 on matrices), with the usual PyTorch speed-ups: ``torch.compile``,
-``F.scaled_dot_product_attention(is_causal=True)`` (flash attention on the GPU), bf16 autocast, fused
-AdamW, TF32 matmuls. Synthetic tokens; one document per row (plain causal attention).
+Same architecture as ``andrea_jax.model`` (pre-LayerNorm blocks, fused QKV, tanh-GELU MLP,
+learned positions, tied output embedding, vocabulary padded to a multiple of 128, GPT-2
+initialisation) and the same training step (cross-entropy over the real vocabulary, global-norm
+clipping at 1.0, AdamW betas (0.9, 0.95), weight decay 0.1 on matrices), with the usual PyTorch
+speed-ups: ``torch.compile``, ``F.scaled_dot_product_attention(is_causal=True)`` (flash attention on
+the GPU), bf16 autocast, fused AdamW, TF32 matmuls. Synthetic tokens; plain causal attention.
 
 Usage:
   .venv/bin/python bench/torch_gpt2.py [--quick] [--cpu] [--json]
 
-``--cpu`` uses a tiny model on the CPU (to check the script); ``--json`` prints one JSON line instead
-of the table (bench/gpu.py reads it).
+``--cpu`` uses a tiny model on the CPU (to check the script); ``--json`` prints one JSON line
+instead of the table (bench/gpu.py reads it).
 """
 
 from __future__ import annotations

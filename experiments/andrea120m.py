@@ -55,7 +55,8 @@ def get_config(variant: str = "v2") -> ml_collections.ConfigDict:
   c.data.tokenizer = "bytes"
   c.model.vocab_size = 0                    # 0 = the tokenizer's vocabulary size
   # Data (not in the seed): the built-in corpus is synthetic and small; a real run points every
-  # source at its files: --config.data.corpus=files --config.data.files.chat.paths=/data/chat/*.jsonl
+  # source at its files, e.g.
+  #   --config.data.corpus=files --config.data.files.chat.paths=/data/chat/*.jsonl
 
   # Batch and context (not in the seed): GPT-2 small's 0.5M tokens per step, context 1024.
   c.data.seq_len = 1024

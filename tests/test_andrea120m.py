@@ -9,7 +9,8 @@ from conftest import REPO
 
 
 def _get_config(variant):
-  spec = importlib.util.spec_from_file_location("andrea120m", REPO / "experiments" / "andrea120m.py")
+  path = REPO / "experiments" / "andrea120m.py"
+  spec = importlib.util.spec_from_file_location("andrea120m", path)
   mod = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(mod)
   return mod.get_config(variant)

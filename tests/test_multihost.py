@@ -73,7 +73,8 @@ def _finish(procs, timeout=240) -> list[str]:
 
 
 def test_maybe_initialize_validates_before_connecting(monkeypatch):
-  for var in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", *distributed._CLUSTER_ENV):
+  for var in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID",
+              *distributed._CLUSTER_ENV):
     monkeypatch.delenv(var, raising=False)
   c = small_run_config()
   assert distributed.maybe_initialize(c) is False      # nothing set: one process, nothing to do
@@ -82,6 +83,9 @@ def test_maybe_initialize_validates_before_connecting(monkeypatch):
     distributed.maybe_initialize(c)
   c.distributed.num_processes, c.distributed.process_id = 2, 2
   with pytest.raises(ValueError, match="process_id = 2 must be < num_processes = 2"):
+    distributed.maybe_initialize(c)
+  c.distributed.process_id, c.distributed.local_device_ids = 1, "0,x"
+  with pytest.raises(ValueError, match="distributed.local_device_ids must be comma-separated"):
     distributed.maybe_initialize(c)
 
 

@@ -1,9 +1,9 @@
 """The mesh, the FSDP rule, and sharded training equal to single-device training.
 
 The sharded runs need eight devices, which XLA simulates on the CPU only when
-``--xla_force_host_platform_device_count=8`` is set before jax starts: they run in a subprocess (this
-file run as a script), and their ``metrics.jsonl`` are compared here with a run in this process, on
-its one CPU device.
+``--xla_force_host_platform_device_count=8`` is set before jax starts: they run in subprocesses
+(this file run as a script), and their ``metrics.jsonl`` are compared here with a run in this
+process, on its one CPU device.
 """
 
 import functools
@@ -141,7 +141,8 @@ def test_one_device_mesh_holds_the_whole_batch():
 
 @pytest.mark.slow
 def test_eight_devices_train_like_one_for_every_mesh(tmp_path, tmp_path_factory, data_cache):
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=8")
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=8",
+             JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax_cache"))   # the report's init: cached
   # One subprocess per mesh, started first, so their compilations overlap the reference run's.
   procs = {m: subprocess.Popen([sys.executable, __file__, str(tmp_path), m], cwd=REPO, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -170,7 +171,7 @@ def test_eight_devices_train_like_one_for_every_mesh(tmp_path, tmp_path_factory,
 
 
 def _sharded_run(root: str, name: str) -> None:
-  """(Subprocess, eight devices) Train the reference config on mesh ``name``; print a JSON report."""
+  """(Subprocess, eight devices) Train the reference config on mesh ``name``; print a report."""
   data, fsdp = (int(n) for n in name.split("x"))
   c = reference_config()
   c.mesh.update(data=data, fsdp=fsdp, fsdp_min_size=1)   # split every divisible parameter

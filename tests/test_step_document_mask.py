@@ -1,4 +1,4 @@
-"""``train.document_mask``: attention inside packed documents, or plain causal over the whole row."""
+"""``train.document_mask``: attention inside packed documents, or plain causal over the row."""
 
 import jax
 import jax.numpy as jnp
