@@ -157,6 +157,7 @@ def main():
       print("no CUDA GPU: nothing to measure (use --cpu to check the script on a tiny model)")
       return
     device, shape = "cpu", tiny()
+    torch.set_num_threads(1)   # a check, not a speed: OpenMP threads spinning on a busy CPU cost 50x
     batch, seq_len = args.batch or 4, args.seq_len or 64
   else:
     device, shape = "cuda", gpt2_small()
