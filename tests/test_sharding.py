@@ -27,8 +27,9 @@ from conftest import REPO, small_run_config
 
 MESHES = ("8x1", "1x8", "2x4")
 # float32 rounding, compounded over 24 AdamW steps: the batch's loss and gradient are sums that a
-# mesh splits over devices and all-reduces, so their terms are added in another order.
-RTOL = 2e-4
+# mesh splits over devices and all-reduces, so their terms are added in another order (measured: at
+# most 1.1e-6 relative, on a gradient norm; 3e-7 on the losses).
+RTOL = 2e-5
 
 
 def reference_config() -> ml_collections.ConfigDict:
