@@ -71,6 +71,7 @@ def train_section() -> ml_collections.ConfigDict:
   t.document_mask = True
   t.progress_bar = True     # tqdm progress bar on the console
   t.plot = True             # write summary.png at the end
+  t.tensorboard = True      # write TensorBoard event files (tensorboardX) beside metrics.jsonl
   return t
 
 

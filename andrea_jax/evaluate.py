@@ -44,7 +44,9 @@ class Evaluator:
       parts.append(b)
       self.eval_sources.append(name)
     self.batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    self._losses = jax.jit(lambda p, b: step_lib.eval_losses(model, p, b, num_sources))
+    document_mask = run.step_config.document_mask   # the same attention as in training
+    self._losses = jax.jit(
+        lambda p, b: step_lib.eval_losses(model, p, b, num_sources, document_mask))
     # Training documents start with the end-of-document id, so prompts do too.
     self.prompts = [np.concatenate([[tokenizer.eod_id], tokenizer.encode(p)]).astype(np.int32)
                     for p in self.cfg.prompts]

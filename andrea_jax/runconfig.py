@@ -68,7 +68,7 @@ def validate_train_config(cfg: ml_collections.ConfigDict) -> None:
   _positive_int("train", cfg, "checkpoint_every", minimum=0)
   _positive_int("train", cfg, "keep_checkpoints")
   _positive_int("train", cfg, "max_nonfinite_steps")
-  for name in ("progress_bar", "plot"):
+  for name in ("progress_bar", "plot", "tensorboard"):
     if not isinstance(cfg[name], bool):
       raise TypeError(f"train.{name} must be True or False, got {cfg[name]!r}")
   if not isinstance(cfg.get("document_mask", True), bool):

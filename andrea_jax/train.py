@@ -194,7 +194,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     start, state, _ = restored
     print(f"resuming from step {start} ({checkpoints.directory}/{start})")
   num_steps = config.train.num_steps
-  logger = logs.RunLogger(workdir, resume_step=start, is_writer=is_main)
+  logger = logs.RunLogger(workdir, resume_step=start, is_writer=is_main,
+                          tensorboard=config.train.tensorboard)
   evaluator = eval_lib.Evaluator(run, config, data, tokenizer, keys["eval"], workdir)
 
   global_rows = config.data.global_batch_size

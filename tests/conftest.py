@@ -32,8 +32,9 @@ def small_run_config(num_steps: int = 30, **overrides):
   c = mod.get_config()
   c.model.update(num_layers=2, num_heads=2, d_model=32, d_mlp=128, max_len=64)
   c.data.update(seq_len=32, global_batch_size=16, builtin_scale=0.25)
+  # No TensorBoard files: tensorboardX imports torch when it is installed (seconds per process).
   c.train.update(num_steps=num_steps, log_every=5, checkpoint_every=10, progress_bar=False,
-                 plot=False)
+                 plot=False, tensorboard=False)
   c.eval.update(every=0, sequences_per_source=2, sample_tokens=8, prompts=("The ",))
   c.optim.update(warmup_steps=5, peak_lr=3e-3)
   # The three regimes at 0, 30% and 60% of the run (phases of 7-42 steps need room).

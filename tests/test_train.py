@@ -143,6 +143,7 @@ def test_training_lowers_the_loss_and_writes_its_outputs(tmp_path, data_cache):
   c = small_run_config(num_steps=60)
   c.eval.every = 30
   c.train.plot = True
+  c.train.tensorboard = True
   summary = train.train_and_evaluate(c, str(tmp_path))
   records = logs.read_jsonl(str(tmp_path / "metrics.jsonl"))
   train_losses = [r["loss"] for r in records if "loss" in r]
@@ -164,6 +165,7 @@ def test_training_lowers_the_loss_and_writes_its_outputs(tmp_path, data_cache):
       assert w["hermes3-general"] >= 0.7 - 1e-6 and w["dictionary"] <= 0.25 + 1e-6
   for name in ("summary.png", "samples.txt", "config.json", "throughput.jsonl"):
     assert (tmp_path / name).exists(), name
+  assert any(f.startswith("events.out.tfevents") for f in os.listdir(tmp_path / "tensorboard"))
   assert summary["end_step"] == 60
   assert sorted(os.listdir(tmp_path / "checkpoints"))[-1] == "60"
 
