@@ -5,9 +5,10 @@ r"""The real ANDREA-120M run, 200K steps, in the three versions of the source do
 one process per host (8 GPUs each; see the README's launch recipes for several hosts and TPU VMs).
 
 Variants (the argument after the colon):
-  v1 -- AdamW's first step at the peak rate 3e-4 (warmup_steps = 0); curriculum: the seven-source
-        warmup sub-simplex, then the full simplex; no polish.
-  v2 -- the same with a 2000-step linear learning-rate warmup.
+  v1 -- AdamW's first step at the peak rate 3e-4 (warmup_steps = 0) on the full simplex from step 0:
+        v2 introduced both warmups (the learning-rate ramp and the seven-source curriculum warmup).
+  v2 -- a 2000-step linear learning-rate warmup; the curriculum starts on the seven warmup sources
+        (the 6-D sub-simplex) and opens to all sixteen at step 20K.
   v3 -- v2 plus the polish pivot at step 112,619 (repo-docs and repo-docstrings excluded,
         hermes3-general >= 0.7, dictionary <= 0.25), the whole run chaining the three geometries.
 
@@ -31,7 +32,7 @@ after the warmup, weight decay, betas, clipping, evaluation and checkpoint caden
 import ml_collections
 
 from andrea_jax import config as config_lib
-from andrea_jax.curriculum import andrea_geometries
+from andrea_jax.curriculum import andrea_geometries, geometry
 from andrea_jax.model import andrea_120m
 
 NUM_STEPS = 200_000                         # the seed: a 200K-step run
@@ -72,10 +73,13 @@ def get_config(variant: str = "v2") -> ml_collections.ConfigDict:
   c.optim.schedule, c.optim.min_lr_ratio = "cosine", 0.1
   c.optim.b1, c.optim.b2, c.optim.weight_decay, c.optim.grad_clip = 0.9, 0.95, 0.1, 1.0
 
-  # The curriculum: the seed's regimes over 200K steps; v1 and v2 never reached the polish.
+  # The curriculum: the seed's regimes over 200K steps; v1 and v2 never reached the polish, and v1
+  # had no curriculum warmup either (v2 set curriculum_warmup_sources): all 16 sources from step 0.
   geometries = andrea_geometries(NUM_STEPS)
   if variant != "v3":
     del geometries["v3_polish"]
+  if variant == "v1":
+    geometries = ml_collections.ConfigDict({"v1_full_simplex": geometry("v1_full_simplex", 0)})
   c.curriculum.geometries = geometries
 
   # Cadence (not in the seed): log every 100 steps, evaluate and checkpoint every 2000 (~5 minutes).
