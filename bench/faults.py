@@ -147,10 +147,15 @@ def kill_campaign(table: Table, root: Path, quick: bool) -> None:
   for fault, name in KILL_NAMES.items():
     table.add(name, check.injected.get(fault, 0), check.survived.get(fault, 0),
               check.steps_lost.get(fault, 0))
-  left = [s for s in segments if s.leftovers_after]
-  cleaned = sum(1 for k, s in enumerate(segments[:-1])
-                if s.leftovers_after and not (s.leftovers_after & segments[k + 1].leftovers_after))
-  table.add("kills leaving temporaries -> cleaned at restart", len(left), cleaned)
+  # Cleaned by the first later segment that opened the checkpoints (one killed during its start-up
+  # had no chance to).
+  left = cleaned = 0
+  for k, s in enumerate(segments[:-1]):
+    if s.leftovers_after:
+      left += 1
+      opened = next((n for n in segments[k + 1:] if n.initialised), None)
+      cleaned += opened is not None and not (s.leftovers_after & opened.leftovers_after)
+  table.add("kills leaving temporaries -> cleaned at restart", left, cleaned)
   stitched = ((workdir / "metrics.jsonl").read_text() == (reference / "metrics.jsonl").read_text()
               and not harness.differences(harness.read_state(workdir / final),
                                           harness.read_state(reference / final)))
