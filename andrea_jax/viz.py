@@ -233,6 +233,8 @@ def grouped_values(groups_K: Sequence[Any], values_K: ArrayLike, *, xlabel: str 
   ax.scatter(g_K, v_K, color=line.get_color(), s=12, alpha=0.6, zorder=3)
   if logx:
     ax.set_xscale("symlog", linthresh=max(1.0, float(np.min(groups[groups > 0], initial=1.0))))
+  ax.set_xticks(groups, [f"{g:g}" for g in groups])
+  ax.minorticks_off()
   ax.set_xlabel(xlabel)
   ax.set_ylabel(ylabel)
   ax.grid(alpha=0.3)
@@ -240,4 +242,92 @@ def grouped_values(groups_K: Sequence[Any], values_K: ArrayLike, *, xlabel: str 
     ax.legend(fontsize=8)
   if title:
     ax.set_title(title)
+  return fig
+
+
+def sharpness_curves(sigmas: ArrayLike, curves: dict[str, tuple[ArrayLike, ArrayLike]], *,
+                     ax: Axes | None = None, title: str | None = None) -> Figure:
+  """Loss increase against the relative perturbation size for several points, +-1 std bars.
+
+  ``curves`` maps a label to ``(mean [K], std [K])`` (e.g. :class:`andrea_jax.terrain.Sharpness`'s
+  ``mean`` and ``std``). Log sigma axis, linear loss axis: at small sigma the increase is within
+  the noise of the directions (it may be slightly negative), which a log axis would magnify.
+
+  Example:
+    >>> s = perturbation_sharpness(loss_fn, params, key, sigmas, 8)
+    >>> sharpness_curves(sigmas, {"before": (s.mean, s.std)})
+  """
+  sigmas_K = np.asarray(sigmas, np.float64)
+  fig = ax.figure if ax is not None else figure(5.5, 4.0)
+  ax = ax if ax is not None else fig.add_subplot()
+  for label, (mean, std) in curves.items():
+    mean_K, std_K = np.asarray(mean, np.float64), np.asarray(std, np.float64)
+    if mean_K.shape != sigmas_K.shape or std_K.shape != sigmas_K.shape:
+      raise ValueError(f"curve {label!r}: mean {mean_K.shape} and std {std_K.shape} must match "
+                       f"sigmas {sigmas_K.shape}")
+    ax.errorbar(sigmas_K, mean_K, yerr=std_K, marker="o", capsize=3, label=label)
+  ax.axhline(0.0, color="grey", linewidth=0.8)
+  ax.set_xscale("log")
+  ax.set_xlabel("relative perturbation size sigma")
+  ax.set_ylabel("loss increase L(w + sigma d) - L(w)")
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=8)
+  if title:
+    ax.set_title(title)
+  return fig
+
+
+def run_timeline(records: Sequence[dict], *, sources: Sequence[str] = (),
+                 expected: ArrayLike | None = None, score: ArrayLike | None = None,
+                 threshold: float | None = None, marks: Sequence[tuple[int, str]] = (),
+                 title: str | None = None) -> Figure:
+  """A run's step records (``metrics.jsonl`` lines with a ``loss``) as stacked panels over steps.
+
+  Panels: the training loss (with ``expected``, a ``[N]`` baseline, dashed) and each source's
+  ``loss/<source>``; the ``weight/<source>`` of those sources; and, if given, a ``[N]`` ``score``
+  with its ``threshold``. ``marks`` are ``(step, label)`` drawn as vertical lines on every panel
+  (a planted event, a detector's flag).
+
+  Example:
+    >>> records = [r for r in logs.read_jsonl("runs/zc/metrics.jsonl") if "loss" in r]
+    >>> run_timeline(records, sources=["repo-docs"], marks=[(150, "flag")])
+  """
+  steps = np.array([r["step"] for r in records])
+  panels = 3 if score is not None else 2
+  fig = figure(10, 2.6 * panels + 0.4)
+  axes = fig.subplots(panels, 1, sharex=True)
+  ax = axes[0]
+  ax.plot(steps, [r["loss"] for r in records], color="black", linewidth=1.0, label="loss")
+  if expected is not None:
+    ax.plot(steps, np.asarray(expected, np.float64), color="black", linestyle="--",
+            linewidth=0.8, label="expected by the detector")
+  colors = [colormaps["tab10"](i % 10) for i in range(len(sources))]
+  for name, color in zip(sources, colors):
+    ax.plot(steps, [r.get(f"loss/{name}", np.nan) for r in records], color=color,
+            linewidth=0.8, label=f"loss/{name}")
+    axes[1].plot(steps, [r.get(f"weight/{name}", np.nan) for r in records], color=color,
+                 linewidth=1.2, label=name)
+  ax.set_ylabel("loss (nats/token)")
+  ax.legend(fontsize=8, ncol=2)
+  axes[1].set_ylabel("mixture weight")
+  if sources:
+    axes[1].legend(fontsize=8)
+  if score is not None:
+    axes[2].plot(steps, np.asarray(score, np.float64), color="tab:purple", linewidth=1.0,
+                 label="robust z")
+    if threshold is not None:
+      axes[2].axhline(threshold, color="tab:red", linestyle=":", label=f"threshold {threshold:g}")
+    axes[2].set_ylabel("detector score")
+    axes[2].legend(fontsize=8)
+  for a in axes:
+    a.grid(alpha=0.3)
+    for step, label in marks:
+      a.axvline(step, color="tab:red", linewidth=0.8, linestyle="--")
+  for i, (step, label) in enumerate(marks):
+    # Marks at the same step (a flag on the planted step) alternate between the top and the middle.
+    axes[0].annotate(label, (step, 0.98 - 0.5 * (i % 2)), xycoords=("data", "axes fraction"),
+                     rotation=90, va="top", ha="right", fontsize=8, color="tab:red")
+  axes[-1].set_xlabel("step")
+  if title:
+    fig.suptitle(title)
   return fig

@@ -89,3 +89,28 @@ def test_grouped_values_mean_line():
   line = fig.axes[0].lines[0]
   np.testing.assert_allclose(line.get_xdata(), [0, 20])
   np.testing.assert_allclose(line.get_ydata(), [3.0, 2.0])
+  assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["0", "20"]
+
+
+def test_sharpness_curves_plot_each_point():
+  fig = viz.sharpness_curves([0.01, 0.1], {"a": ([0.001, 0.1], [0.0, 0.01]),
+                                           "b": ([0.002, 0.3], [0.0, 0.02])})
+  ax = fig.axes[0]
+  assert ax.get_xscale() == "log"
+  assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "b"]
+  np.testing.assert_allclose(ax.lines[0].get_ydata(), [0.001, 0.1])
+  with pytest.raises(ValueError, match="curve 'a'"):
+    viz.sharpness_curves([0.01, 0.1], {"a": ([1.0], [0.0])})
+
+
+def test_run_timeline_reads_the_records():
+  records = [{"step": t, "loss": 2.0 - 0.1 * t, "loss/repo-docs": 1.0 + t,
+              "weight/repo-docs": 0.5 if t < 2 else 0.0} for t in range(4)]
+  fig = viz.run_timeline(records, sources=["repo-docs"], score=[0, 1, 9, 2], threshold=6,
+                         marks=[(2, "flag")])
+  top, weights, score = fig.axes
+  np.testing.assert_allclose(top.lines[0].get_ydata(), [2.0, 1.9, 1.8, 1.7])
+  np.testing.assert_allclose(top.lines[1].get_ydata(), [1, 2, 3, 4])
+  np.testing.assert_allclose(weights.lines[0].get_ydata(), [0.5, 0.5, 0, 0])
+  np.testing.assert_allclose(score.lines[0].get_ydata(), [0, 1, 9, 2])
+  assert len(viz.run_timeline(records).axes) == 2
