@@ -47,7 +47,7 @@ class TrainingHalted(RuntimeError):
   """Too many consecutive non-finite steps: the run stopped (its last checkpoint is intact)."""
 
 
-def _keys(seed: int) -> dict[str, jax.Array]:
+def run_keys(seed: int) -> dict[str, jax.Array]:
   """The run's named random streams, all derived from its one seed."""
   root = jax.random.PRNGKey(seed)
   names = ("params", "curriculum", "eval")
@@ -176,7 +176,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
 
   tokenizer = data_lib.load_tokenizer(config.data.tokenizer)
   data = data_lib.open_training_data(config.data, tokenizer, required=run.used_sources)
-  keys = _keys(config.seed)
+  keys = run_keys(config.seed)
   mesh_cfg = runconfig.mesh_config(config)
   mesh = sharding.make_mesh(mesh_cfg)
   state, state_shardings = sharding.init_sharded(

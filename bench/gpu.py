@@ -116,7 +116,7 @@ def _jax_child(spec: dict) -> dict:
   run = runconfig.build(c)
   mesh = sharding.make_mesh(c.mesh, devices=[device])
   state, state_sh = sharding.init_sharded(
-      lambda: train.init_state(run, train._keys(0)),
+      lambda: train.init_state(run, train.run_keys(0)),
       lambda s: sharding.state_shardings(s, mesh, c.mesh.fsdp_min_size))
   batch_sh = sharding.batch_sharding(mesh)
   batch = sharding.global_batch(

@@ -76,7 +76,7 @@ def fixed_mixture():
 
 def build(config):
   run = runconfig.build(config)
-  state = jax.jit(lambda: train.init_state(run, train._keys(0)))()
+  state = jax.jit(lambda: train.init_state(run, train.run_keys(0)))()
   return run, state, step_lib.jit_step(run.step_config)
 
 

@@ -66,7 +66,7 @@ def test_each_vmapped_variant_equals_the_variant_trained_alone(result):
     c.optim.peak_lr = v["peak_lr"]
     c.model.init_std = v.get("init_std", c.model.init_std)
     run = runconfig.build(c)
-    state = jax.jit(lambda: train.init_state(run, train._keys(c.seed)))()
+    state = jax.jit(lambda: train.init_state(run, train.run_keys(c.seed)))()
     step_fn = step_lib.jit_step(run.step_config)
     losses, lrs, evals = [], [], []
     for t, batch in enumerate(batches):
@@ -101,7 +101,7 @@ def test_samples_are_each_variants_own_generation(result):
   c = _config()
   run = runconfig.build(c)
   tokenizer = data_lib.load_tokenizer(c.data.tokenizer)
-  key = jax.random.fold_in(jax.random.fold_in(train._keys(c.seed)["eval"], STEPS), 1)
+  key = jax.random.fold_in(jax.random.fold_in(train.run_keys(c.seed)["eval"], STEPS), 1)
   prompt = np.array([[tokenizer.eod_id, *tokenizer.encode("Q: A")]], np.int32)
   k = 1
   toks = generate(result.variant_params(k), run.model_config, jnp.asarray(prompt), key,

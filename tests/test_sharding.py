@@ -180,7 +180,7 @@ def _sharded_run(root: str, name: str) -> None:
   # The state as the loop creates it: what one device holds of a few arrays.
   run = runconfig.build(c)
   mesh = sharding.make_mesh(c.mesh)
-  state, _ = sharding.init_sharded(lambda: train.init_state(run, train._keys(c.seed)),
+  state, _ = sharding.init_sharded(lambda: train.init_state(run, train.run_keys(c.seed)),
                                    lambda s: sharding.state_shardings(s, mesh, 1))
   local = {jax.tree_util.keystr(p): list(x.addressable_shards[0].data.shape)
            for p, x in jax.tree_util.tree_flatten_with_path(state)[0]}

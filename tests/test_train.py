@@ -40,7 +40,7 @@ def test_one_step_golden_against_pytorch():
   c.optim.update(warmup_steps=0, schedule="constant", peak_lr=1e-3, weight_decay=0.1, grad_clip=1.0)
   run = runconfig.build(c)
   mcfg = run.model_config
-  state = jax.jit(lambda: train.init_state(run, train._keys(0)))()
+  state = jax.jit(lambda: train.init_state(run, train.run_keys(0)))()
   batch = _fixed_batch(np.random.default_rng(0), 4, 32, mcfg.vocab_size, 16)
 
   # The reference: the same weights in PyTorch, cross-entropy, clip_grad_norm_, AdamW.
@@ -103,7 +103,7 @@ def test_non_finite_steps_change_nothing_and_halt_after_the_limit():
   c = small_run_config()
   c.train.max_nonfinite_steps = 3
   run = runconfig.build(c)
-  state = jax.jit(lambda: train.init_state(run, train._keys(0)))()
+  state = jax.jit(lambda: train.init_state(run, train.run_keys(0)))()
   # An infinite LayerNorm scale makes the loss NaN: the step must leave params and moments alone.
   params = jax.tree_util.tree_map_with_path(
       lambda p, x: jnp.full_like(x, jnp.inf) if "ln_f" in jax.tree_util.keystr(p) else x,

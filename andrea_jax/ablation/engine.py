@@ -113,7 +113,7 @@ def init_variants(run: runconfig.Run, optim_cfg: ml_collections.ConfigDict, tota
   params = _stack([
       jax.jit(init_params, static_argnums=0)(
           dataclasses.replace(run.model_config, init_std=v.init_std),
-          train._keys(v.seed)["params"])   # the trainer's own key derivation
+          train.run_keys(v.seed)["params"])   # the trainer's own key derivation
       for v in variants])
   hyper = _hyper(variants)
   opt_state = jax.vmap(lambda h, p: make_optimizer(
@@ -303,7 +303,7 @@ def loop_baseline(config: ml_collections.ConfigDict, variants: list[dict[str, An
   finals, skipped, per_variant_metrics, per_variant_evals = [], [], [], []
   for v in resolved:
     vrun = runconfig.build(run_config(base, num_steps, v))
-    state = jax.jit(lambda: train.init_state(vrun, train._keys(v.seed)))()
+    state = jax.jit(lambda: train.init_state(vrun, train.run_keys(v.seed)))()
     step_fn = step_lib.jit_step(vrun.step_config)
     metrics, evals = [], []
     with data_lib.Prefetcher(lambda i: data.chunk(chunks[i]), start_step=0, depth=2,

@@ -4,7 +4,7 @@ A *variant* is a dict with any of :data:`VARIANT_FIELDS`; the fields it leaves o
 value. Everything else (model shape, batch, data, weight decay, schedule kind) is shared by all the
 variants of one ablation, which is what lets them train in one vmapped program:
 
-* ``seed``: the parameter initialisation, ``train._keys(seed)["params"]`` -- the same parameters a
+* ``seed``: the parameter initialisation, ``train.run_keys(seed)["params"]`` -- the same parameters a
   normal run with ``config.seed = seed`` starts from. The batches do not depend on it: every variant
   sees the same batches (drawn with ``config.seed``), so differences between variants come from
   the initialisation and the optimizer alone;
