@@ -15,14 +15,21 @@ Measured, per arm (mean over seeds; paired differences use the same seed's ``uni
 * the final mean held-out loss over the 16 sources, equal weights (``eval/mean_loss``), and each
   source's;
 * the steps needed to reach the ``uniform`` arm's final mean held-out loss (same seed), interpolated
-  linearly between evaluations; "fewer steps" is ``1 - steps / num_steps``;
+  linearly between evaluations; "fewer steps" is ``1 - steps / num_steps``; and the other way
+  round, the step at which ``uniform`` reaches the arm's final loss (mean over seeds: a strategy
+  that loses needs about ``num_steps`` where ``uniform`` needs this many; ``never`` when the arm
+  ends below ``uniform``'s final loss);
 * the step-time overhead against ``static``: the jitted training steps of all arms timed in turns in
   this one process, on the same batch, with their curricula running; the median of the per-round
   ratios to ``static`` with their quartiles in brackets (the spread says how well this machine
   resolves it), in CPU time of the process (robust to other processes sharing the cores) and in
-  wall-clock time; and the whole runs' wall-clock ratio to ``uniform`` (noisier: compilation,
-  evaluation and the machine's load are in it);
-* the mixture each arm actually used, averaged over the run.
+  wall-clock time; the cost of ``curriculum.update`` alone, amortised over 2000 steps in a
+  ``lax.scan`` (decisions included), as a share of the step's CPU time: the precise figure the
+  step timing can only bound; and the whole runs' wall-clock ratio to ``uniform`` (noisier:
+  compilation, evaluation and the machine's load are in it);
+* the share of the batches each source really got, averaged over the run and over its last 10% of
+  steps, and how much a source's final loss follows its late share (:func:`recency`); the
+  learning-progress signal-to-noise of one phase window on the uniform runs (:func:`progress_snr`).
 
 Writes ``<out>/<name>.md`` and ``.json`` (tables, curves, settings; ``--name`` defaults to
 ``compare_mixers``), prints the main table, and draws ``--figure`` (default ``<out>/<name>.png``):
@@ -104,9 +111,12 @@ def read_run(workdir: str, sources: Sequence[str]) -> dict:
   """Curves and mixtures from ``metrics.jsonl``.
 
   Returns ``eval_steps [E]``, ``eval_mean [E]``, ``eval_source {name: [E]}``, ``weights [S]`` (the
-  mixture averaged over the logged steps) and ``train_loss {name: [(step, loss)]}``.
+  mixture averaged over the logged steps), ``shares [S]`` (the shares of the batches' tokens each
+  source really got: the sampler rounds the mixture to whole rows), ``late_weights``,
+  ``late_shares`` (the same over the last 10% of the logged steps) and ``train_loss {name:
+  [(step, loss)]}``.
   """
-  evals, weights, train_loss = [], [], {s: [] for s in sources}
+  evals, weights, shares, train_loss = [], [], [], {s: [] for s in sources}
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     for line in f:
       rec = json.loads(line)
@@ -114,17 +124,25 @@ def read_run(workdir: str, sources: Sequence[str]) -> dict:
         evals.append(rec)
       elif "loss" in rec and f"weight/{sources[0]}" in rec:
         weights.append([rec[f"weight/{s}"] for s in sources])
+        shares.append([rec.get(f"share/{s}", math.nan) for s in sources])
         for s in sources:
           if f"loss/{s}" in rec:
             train_loss[s].append((rec["step"], rec[f"loss/{s}"]))
   evals.sort(key=lambda r: r["step"])
+
+  def average(rows, late=False):
+    if not rows:
+      return np.full(len(sources), np.nan)
+    rows = np.array(rows, np.float64)
+    return np.mean(rows[-max(len(rows) // 10, 1):] if late else rows, axis=0)
+
   return {
       "eval_steps": np.array([r["step"] for r in evals], np.int64),
       "eval_mean": np.array([r["eval/mean_loss"] for r in evals], np.float64),
       "eval_source": {s: np.array([r.get(f"eval/loss/{s}", np.nan) for r in evals])
                       for s in sources},
-      "weights": np.mean(np.array(weights, np.float64), axis=0) if weights else
-                 np.full(len(sources), np.nan),
+      "weights": average(weights), "late_weights": average(weights, late=True),
+      "shares": average(shares), "late_shares": average(shares, late=True),
       "train_loss": train_loss,
   }
 
@@ -256,6 +274,48 @@ def measure_overhead(configs: dict, rounds: int, steps_per_round: int) -> dict:
   return out
 
 
+def measure_update_cost(configs: dict, num_steps: int = 2000, repeats: int = 5) -> dict:
+  """CPU microseconds per step of each arm's ``curriculum.update`` alone, amortised in a scan.
+
+  ``num_steps`` steps of random per-source losses (all sources observed), phase decisions
+  included; the median over ``repeats`` runs after compilation. Far below the step's time, this is
+  the resolution the interleaved step timing cannot reach on a loaded machine.
+
+  Returns ``{arm: microseconds per step}``.
+  """
+  import jax
+  import jax.numpy as jnp
+
+  from andrea_jax import curriculum
+  from andrea_jax import runconfig
+
+  rng = np.random.default_rng(0)
+  out = {}
+  for arm, config in configs.items():
+    spec = runconfig.build(config).curriculum_spec
+    num = spec.num_sources
+    losses_TxS = jnp.asarray(rng.uniform(1.0, 4.0, (num_steps, num)), jnp.float32)
+    tokens_TxS = jnp.full((num_steps, num), 128.0, jnp.float32)
+
+    @jax.jit
+    def run(state, losses_TxS, tokens_TxS, spec=spec):
+      def body(state, inputs):
+        t, losses_S, tokens_S = inputs
+        return curriculum.update(spec, state, t, losses_S, tokens_S), None
+      steps = jnp.arange(num_steps, dtype=jnp.int32)
+      return jax.lax.scan(body, state, (steps, losses_TxS, tokens_TxS))[0]
+
+    state = curriculum.init(spec, jax.random.key(0))
+    jax.block_until_ready(run(state, losses_TxS, tokens_TxS))
+    times = []
+    for _ in range(repeats):
+      c0 = time.process_time()
+      jax.block_until_ready(run(state, losses_TxS, tokens_TxS))
+      times.append(time.process_time() - c0)
+    out[arm] = 1e6 * float(np.median(times)) / num_steps
+  return out
+
+
 # --------------------------------------------------------------------------------------------------
 # Reporting
 # --------------------------------------------------------------------------------------------------
@@ -273,6 +333,9 @@ def summarize(runs: dict, num_steps: int, sources: Sequence[str]) -> dict:
     reach = np.array([steps_to_reach(by_seed[s]["eval_steps"], by_seed[s]["eval_mean"],
                                      base[s]["eval_mean"][-1]) for s in seeds if s in base])
     reached = np.isfinite(reach)
+    # The other way round: when the uniform run reaches this arm's final loss (800 if never).
+    behind = np.array([steps_to_reach(base[s]["eval_steps"], base[s]["eval_mean"],
+                                      by_seed[s]["eval_mean"][-1]) for s in seeds if s in base])
     walls = np.array([by_seed[s]["wall_s"] / base[s]["wall_s"] for s in seeds if s in base])
     per_source = {src: float(np.nanmean([by_seed[s]["eval_source"][src][-1] for s in seeds]))
                   for src in sources}
@@ -287,12 +350,47 @@ def summarize(runs: dict, num_steps: int, sources: Sequence[str]) -> dict:
         "mean_steps": float(reach.mean()) if reached.all() and reach.size else math.nan,
         "fewer_steps": float(1 - reach.mean() / num_steps) if reached.all() and reach.size
                        else math.nan,
+        "uniform_steps_to_arm_final": [float(x) for x in behind],
         "wall_ratio": float(np.median(walls)) if walls.size else math.nan,
         "final_per_source": per_source,
         "weights": {src: float(w) for src, w in
                     zip(sources, np.mean([by_seed[s]["weights"] for s in seeds], axis=0))},
+        **{key: {src: float(w) for src, w in zip(
+            sources, np.mean([by_seed[s][key] for s in seeds], axis=0))}
+           for key in ("late_weights", "shares", "late_shares")},
     }
   return summary
+
+
+def recency(runs: dict, sources: Sequence[str], exclude: str = "extra-06") -> dict:
+  """How much a source's final held-out loss follows the share of the batches it got.
+
+  Pooled over the non-baseline arms and seeds, per source (the noise source left out: it has
+  nothing to learn): the Spearman rank correlation between its realised share (of the last 10% of
+  logged steps, or of the whole run) and its final held-out loss minus the same seed's ``uniform``
+  run. Strongly negative late: a source's loss tracks what it got recently (a small model forgets
+  a source it stops seeing), so a mixture that moves around pays for every dip at the end.
+
+  Returns ``{"late_shares" | "shares": {"spearman", "points"}}``.
+  """
+  from scipy import stats
+
+  base = runs[BASELINE]
+  out = {}
+  for key in ("late_shares", "shares"):
+    xs, ys = [], []
+    for arm, by_seed in runs.items():
+      if arm == BASELINE:
+        continue
+      for seed, r in by_seed.items():
+        for i, src in enumerate(sources):
+          if src == exclude or seed not in base or not np.isfinite(r[key][i]):
+            continue
+          xs.append(r[key][i])
+          ys.append(r["eval_source"][src][-1] - base[seed]["eval_source"][src][-1])
+    if len(xs) > 2 and np.ptp(xs) > 0 and np.ptp(ys) > 0:
+      out[key] = {"spearman": float(stats.spearmanr(xs, ys)[0]), "points": len(xs)}
+  return out
 
 
 def _fmt_steps(row: dict, num_steps: int) -> tuple[str, str]:
@@ -308,7 +406,9 @@ def main_table(summary: dict, settings: dict, overhead: dict | None, num_steps: 
   """The rows of the main table (header first)."""
   rows = [["arm", "strategy / geometry", "settings", "final mean held-out loss",
            "vs uniform (paired)", "steps to uniform's final", "fewer steps",
-           "step CPU time vs static", "step wall time vs static", "run time / uniform"]]
+           "uniform reaches this final at",
+           "step CPU time vs static", "step wall time vs static",
+           "curriculum.update alone (share of a step)", "run time / uniform"]]
   for arm, r in summary.items():
     strategy, kind = exp.ARMS[arm][:2]
     steps, fewer = _fmt_steps(r, num_steps)
@@ -320,11 +420,32 @@ def main_table(summary: dict, settings: dict, overhead: dict | None, num_steps: 
                        f"{100 * (o['ratio_hi'] - 1):+.1f}]")
       else:
         over[clock] = "—"
+    if overhead and arm in overhead and "update_us" in overhead[arm]:
+      step_us = 1e3 * overhead[arm]["cpu"]["step_ms"]
+      over["update"] = (f"{overhead[arm]['update_us']:.0f} µs "
+                        f"({100 * overhead[arm]['update_us'] / step_us:.2f}%)")
+    else:
+      over["update"] = "—"
+    behind = r["uniform_steps_to_arm_final"]
+    behind = (f"{np.mean(behind):.0f}" if np.all(np.isfinite(behind)) else
+              f"never in {int(np.sum(~np.isfinite(behind)))}/{len(behind)} seeds")
     rows.append([arm, f"{strategy} / {kind}", json.dumps(settings.get(arm, {})) or "{}",
                  f"{r['final_mean']:.4f} ± {r['final_sd']:.4f}",
-                 f"{r['delta_vs_uniform']:+.4f} ± {r['delta_sd']:.4f}", steps, fewer, over["cpu"],
-                 over["wall"], f"{r['wall_ratio']:.2f}"])
+                 f"{r['delta_vs_uniform']:+.4f} ± {r['delta_sd']:.4f}", steps, fewer, behind,
+                 over["cpu"],
+                 over["wall"], over["update"], f"{r['wall_ratio']:.2f}"])
   return rows
+
+
+def json_safe(value):
+  """``value`` with every non-finite float replaced by None (strict JSON has no NaN)."""
+  if isinstance(value, float):
+    return value if math.isfinite(value) else None
+  if isinstance(value, dict):
+    return {k: json_safe(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [json_safe(v) for v in value]
+  return value
 
 
 def text_table(rows: list[list[str]]) -> str:
@@ -344,11 +465,15 @@ def source_tables(summary: dict, sources: Sequence[str]) -> str:
   short = [s.replace("hermes3-", "h3-").replace("repo-doc", "rd") for s in sources]
   loss = [["arm"] + short]
   weights = [["arm"] + short]
+  late = [["arm"] + short]
   for arm, r in summary.items():
     loss.append([arm] + [f"{r['final_per_source'][s]:.3f}" for s in sources])
-    weights.append([arm] + [f"{r['weights'][s]:.3f}" for s in sources])
+    weights.append([arm] + [f"{r['shares'][s]:.3f}" for s in sources])
+    late.append([arm] + [f"{r['late_shares'][s]:.3f}" for s in sources])
   return ("Final held-out loss per source (nats/byte, mean over seeds):\n\n" + markdown_table(loss)
-          + "\n\nMixture weights averaged over the run:\n\n" + markdown_table(weights))
+          + "\n\nShare of the batches' tokens each source got (the mixture rounded to whole "
+          "rows by the sampler), averaged over the run:\n\n" + markdown_table(weights)
+          + "\n\nThe same over the last 10% of steps:\n\n" + markdown_table(late))
 
 
 def snr_table(by_seed: dict, num_steps: int, window: float = 24.5) -> str:
@@ -368,9 +493,10 @@ def snr_table(by_seed: dict, num_steps: int, window: float = 24.5) -> str:
           "fall between two window means):\n\n" + markdown_table(rows))
 
 
-def plot(runs: dict, summary: dict, sources: Sequence[str], path: str, title: str) -> str:
-  """Mean held-out loss vs step per arm (mean, min-max band over seeds) and the per-source final
-  loss difference to ``uniform``."""
+def plot(runs: dict, summary: dict, sources: Sequence[str], path: str, title: str,
+         boundaries: Sequence[tuple[int, str]] = ()) -> str:
+  """Mean held-out loss vs step per arm (mean, min-max band over seeds; ``boundaries`` as vertical
+  lines) and the per-source final loss difference to ``uniform``."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
@@ -390,6 +516,10 @@ def plot(runs: dict, summary: dict, sources: Sequence[str], path: str, title: st
                     color=style["color"])
     lows.append(curves.min())
     highs.extend([mean[min(2, len(mean) - 1)], curves.max(axis=0)[-1]])
+  for step, name in boundaries:
+    ax.axvline(step, color="0.5", linestyle="--", linewidth=0.8)
+    ax.text(step, 0.98, f" {name}", transform=ax.get_xaxis_transform(), fontsize=8, va="top",
+            color="0.35")
   target = summary[BASELINE]["final_mean"]
   ax.axhline(target, color="black", linestyle=":", linewidth=1,
              label=f"uniform's final ({target:.3f})")
@@ -516,14 +646,23 @@ def main(argv: Sequence[str] | None = None, runner: Callable = train_runner) -> 
     if os.path.exists(overhead_path) and not args.remeasure:
       with open(overhead_path) as f:
         cached = json.load(f)
-    if all(a in cached for a in arms):
+    if all(a in cached and "update_us" in cached[a] for a in arms):
       overhead = cached
+    elif all(a in cached for a in arms):
+      overhead = cached
+      configs = {arm: _config(exp, arm, 0, args.num_steps, args.quick) for arm in arms}
+      for arm, us in measure_update_cost(configs).items():
+        overhead[arm]["update_us"] = us
+      with open(overhead_path, "w") as f:
+        json.dump(overhead, f, indent=1)
     else:
       configs = {arm: _config(exp, arm, 0, args.num_steps, args.quick) for arm in arms}
       if OVERHEAD_REFERENCE not in configs:
         configs[OVERHEAD_REFERENCE] = _config(exp, OVERHEAD_REFERENCE, 0, args.num_steps,
                                               args.quick)
       overhead = measure_overhead(configs, args.overhead_rounds, args.overhead_steps)
+      for arm, us in measure_update_cost(configs).items():
+        overhead[arm]["update_us"] = us
       with open(overhead_path, "w") as f:
         json.dump(overhead, f, indent=1)
 
@@ -541,23 +680,35 @@ def main(argv: Sequence[str] | None = None, runner: Callable = train_runner) -> 
   print("\n" + setup + "\n")
   print(text_table(rows))
   figure = args.figure or os.path.join(args.out, f"{args.name}.png")
+  boundaries = []
+  if any(exp.ARMS[a][1] == "andrea" for a in arms):
+    g = exp.geometries("andrea", args.num_steps)
+    boundaries = sorted((g[n].start_step, n) for n in g if g[n].start_step > 0)
   plot(runs, summary, SOURCES, figure,
        f"mixing strategies on the built-in 16-source corpus: {args.num_steps} steps, "
        f"{c0.model.num_layers}-layer d={c0.model.d_model} decoder, seeds "
-       f"{', '.join(map(str, seeds))}")
+       f"{', '.join(map(str, seeds))}", boundaries)
   snr = snr_table(runs[BASELINE], args.num_steps)
+  rec = recency(runs, SOURCES)
+  if rec:
+    snr += ("\n\nRecency: over the other arms and seeds, Spearman correlation of a source's "
+            "final held-out loss minus uniform's with the share of the batches it got (noise "
+            "source left out): "
+            + "; ".join(f"{'last 10% of steps' if k == 'late_shares' else 'whole run'} "
+                        f"{v['spearman']:+.2f}" for k, v in rec.items())
+            + f" ({next(iter(rec.values()))['points']} points).")
   with open(os.path.join(args.out, f"{args.name}.md"), "w") as f:
     f.write(f"# Mixing strategies compared\n\n{setup}\n\n{markdown_table(rows)}\n\n"
             f"{source_tables(summary, SOURCES)}\n\n{snr}\n\nFigure: {figure}\n")
   with open(os.path.join(args.out, f"{args.name}.json"), "w") as f:
-    json.dump({"setup": setup, "num_steps": args.num_steps, "seeds": seeds, "settings": settings,
-               "summary": summary, "overhead": overhead, "table": rows,
+    json.dump(json_safe({"setup": setup, "num_steps": args.num_steps, "seeds": seeds, "settings": settings,
+               "summary": summary, "overhead": overhead, "table": rows, "recency": rec,
                "curves": {arm: {str(s): {"steps": r["eval_steps"].tolist(),
                                          "mean": r["eval_mean"].tolist(),
                                          "per_source": {k: v.tolist()
                                                         for k, v in r["eval_source"].items()}}
-                                for s, r in by_seed.items()} for arm, by_seed in runs.items()}},
-              f, indent=1)
+                                for s, r in by_seed.items()} for arm, by_seed in runs.items()}}),
+              f, indent=1, allow_nan=False)
   print(f"\nwrote {args.out}/{args.name}.md, {args.out}/{args.name}.json and {figure}")
   return 0
 

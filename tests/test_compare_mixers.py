@@ -50,6 +50,7 @@ def fake_runner(config, workdir, rate=None):
     for step in range(0, n, 8):
       rec = {"step": step, "loss": 3.0}
       rec.update({f"weight/{s}": 1 / 16 for s in SOURCES})
+      rec.update({f"share/{s}": 1 / 16 for s in SOURCES})
       rec.update({f"loss/{s}": 3.0 - rate * step / n for s in SOURCES})
       f.write(json.dumps(rec) + "\n")
     for step in range(every, n + 1, every):
@@ -75,11 +76,16 @@ def test_the_whole_comparison_on_fake_runs(tmp_path, capsys):
   assert s["exp3"]["steps_to_uniform_final"] == pytest.approx([32.0, 32.0])
   assert s["exp3"]["fewer_steps"] == pytest.approx(1 - 32 / 80)
   assert s["exp3"]["delta_vs_uniform"] == pytest.approx((3 - 2.5) - 2.0)
-  assert s["static"]["reached"] == 0 and math.isnan(s["static"]["fewer_steps"])
+  assert s["static"]["reached"] == 0 and s["static"]["fewer_steps"] is None   # NaN -> null
   assert s["uniform"]["steps_to_uniform_final"] == pytest.approx([80.0, 80.0])
+  # The other way round: uniform reaches static's final 2.5 (+0.01 per seed) at step 40, and never
+  # exp3's 0.5.
+  assert s["static"]["uniform_steps_to_arm_final"] == pytest.approx([40.0, 40.0])
+  assert s["exp3"]["uniform_steps_to_arm_final"] == [None, None]
   assert s["static"]["weights"]["extra-06"] == pytest.approx(1 / 16)
+  assert s["static"]["late_shares"]["extra-06"] == pytest.approx(1 / 16)
   md = (out / "compare_mixers.md").read_text()
-  assert "> 80 (0/2 seeds reach it)" in md and "+60.0%" in md
+  assert "> 80 (0/2 seeds reach it)" in md and "+60.0%" in md and "never in 2/2 seeds" in md
   assert figure.exists() and figure.stat().st_size > 10_000
   assert "steps to uniform's final" in capsys.readouterr().out
   # Finished runs are reused: a runner that fails proves nothing is retrained.
@@ -126,3 +132,29 @@ def test_unknown_arm_and_tuning_seed_are_refused(tmp_path):
   with pytest.raises(SystemExit):
     bench.main(["--out", str(tmp_path), "--seeds", "0,100"], runner=fake_runner)
   assert np.isfinite(bench.steps_to_reach([1], [1.0], 1.0))
+
+
+def test_progress_snr_and_recency():
+  # A loss falling 0.001 a step with a +-0.1 zigzag: one 24-step window's progress 0.024 against
+  # 0.1 sqrt(2 / 24) = 0.0289 of noise.
+  t = np.arange(0, 400, 10)
+  points = list(zip(t.tolist(), (3 - 0.001 * t + 0.1 * (-1.0) ** np.arange(len(t))).tolist()))
+  snr = bench.progress_snr({"a": points, "b": points[:2]}, 0, 400, 24)
+  assert set(snr) == {"a"}                                    # two points cannot be fitted
+  assert snr["a"]["slope"] == pytest.approx(0.001, rel=0.05)   # the zigzag tilts the fit a little
+  assert snr["a"]["sd"] == pytest.approx(0.1, rel=0.03)
+  assert snr["a"]["snr"] == pytest.approx(0.024 / (0.1 * math.sqrt(2 / 24)), rel=0.05)
+  # Recency: sources with late shares (1/32, 1/16, 1/8) end (+0.2, 0, -0.2) from uniform: a rank
+  # correlation of -1; the noise source is left out whatever it does.
+  srcs = ["s1", "s2", "s3", "extra-06"]
+  def run(losses, shares, late):
+    return {"eval_source": {s: np.array([l]) for s, l in zip(srcs, losses)},
+            "late_shares": np.array(late), "shares": np.array(shares)}
+  runs = {"uniform": {0: run([2.0, 2.0, 2.0, 4.0], [0.25] * 4, [0.25] * 4)},
+          "mixer": {0: run([2.2, 2.0, 1.8, 9.0], [0.3, 0.2, 0.25, 0.25],
+                           [1 / 32, 1 / 16, 1 / 8, 0.78])}}
+  rec = bench.recency(runs, srcs)
+  assert rec["late_shares"] == {"spearman": pytest.approx(-1.0), "points": 3}
+  # Over the whole run the shares rank (0.3, 0.2, 0.25) against (+0.2, 0, -0.2): ranks (3, 1, 2)
+  # and (3, 2, 1), Spearman 1 - 6 * (0 + 1 + 1) / (3 * 8) = 0.5.
+  assert rec["shares"]["spearman"] == pytest.approx(0.5)
