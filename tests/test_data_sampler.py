@@ -145,6 +145,26 @@ def test_exact_counts_for_many_mixtures(data):
     np.testing.assert_array_equal(counts, allocate(w, 40))
 
 
+def test_tied_small_weights_rotate_their_rows_over_steps(data):
+  # The polish region at a 32-row batch: hermes3-general 0.7, 13 sources at 0.3/13 (0.738 rows
+  # each), 2 excluded. Largest remainder gives hermes3-general 22 rows and 10 leftover rows to 10
+  # of the 13 tied sources; by symmetry each tied source must get 10/13 rows on average, not the
+  # same 10 sources every step.
+  w = np.zeros(16)
+  w[0] = 0.7
+  tied = [i for i in range(1, 16) if i not in (8, 9)]
+  w[tied] = 0.3 / 13
+  sampler = MixtureSampler(data, seq_len=SEQ, global_batch_size=32, seed=0)
+  counts = np.array([sampler.counts(w, step) for step in range(400)])
+  assert (counts[:, 0] == 22).all() and (counts[:, [8, 9]] == 0).all()
+  assert (counts[:, tied].sum(axis=1) == 10).all() and set(np.unique(counts[:, tied])) == {0, 1}
+  np.testing.assert_allclose(counts[:, tied].mean(axis=0), 10 / 13, atol=0.08)
+  # Without a step the order is by index: the last three tied sources get nothing.
+  np.testing.assert_array_equal(sampler.counts(w)[tied], [1] * 10 + [0] * 3)
+  batch = sampler.batch(7, w)
+  np.testing.assert_array_equal(np.bincount(batch["source_ids"], minlength=16), counts[7])
+
+
 @pytest.mark.parametrize("num_processes", [2, 4])
 def test_process_slices_partition_the_global_batch(data, num_processes):
   w = np.random.default_rng(2).dirichlet(np.ones(16))

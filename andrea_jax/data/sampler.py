@@ -32,16 +32,21 @@ def _source_name(i: int, sources: tuple[str, ...] | None) -> str:
 
 
 def allocate(weights_S: np.ndarray, batch_size: int,
-             sources: tuple[str, ...] | None = None) -> np.ndarray:
+             sources: tuple[str, ...] | None = None, *,
+             tie_break_S: np.ndarray | None = None) -> np.ndarray:
   """Rows per source that realise the weights exactly, by largest remainder.
 
   ``counts_s = floor(w_s G) + 1`` for the ``G - sum floor(w G)`` sources with the largest fractional
-  parts (ties to the lower source index); sources with weight 0 get 0 rows.
+  parts; sources with weight 0 get 0 rows. Fractional parts equal to 1e-6 of a row are ties, broken
+  by ``tie_break_S`` (lower first) or else by the lower source index. The sampler passes a fresh
+  pseudo-random order each step, so that many small equal weights (say 13 sources at 0.023 in a
+  32-row batch, 0.74 rows each) rotate their rows instead of starving the same sources every step.
 
   Args:
     weights_S: ``[S]`` mixture weights, finite, ``>= 0``, summing to 1 within 1e-5.
     batch_size: ``G``, rows in the global batch.
     sources: names used in error messages.
+    tie_break_S: optional ``[S]`` priorities among tied remainders (lower first).
 
   Returns:
     ``[S]`` int64 counts summing to ``batch_size``.
@@ -70,8 +75,10 @@ def allocate(weights_S: np.ndarray, batch_size: int,
   counts_S = np.floor(quota_S).astype(np.int64)
   remainder = int(batch_size - counts_S.sum())
   positive = np.flatnonzero(w_S > 0)
-  frac_P = (quota_S - counts_S)[positive]
-  order = positive[np.lexsort((positive, -frac_P))]  # largest fraction first, then lower index
+  # Fractions quantised to 1e-6 of a row: float noise in equal weights must not decide ties.
+  frac_P = np.round((quota_S - counts_S)[positive] * 1e6)
+  tie_P = positive if tie_break_S is None else np.asarray(tie_break_S)[positive]
+  order = positive[np.lexsort((positive, tie_P, -frac_P))]  # largest fraction first, then ties
   np.add.at(counts_S, order[np.arange(remainder) % order.size], 1)
   return counts_S
 
@@ -190,9 +197,17 @@ class MixtureSampler:
         raise DataError(f"source {s!r} has {data.num_tokens(s)} training tokens in every shard, "
                         f"fewer than seq_len + 1 = {self.seq_len + 1}")
 
-  def counts(self, weights_S: np.ndarray) -> np.ndarray:
-    """``[S]`` rows per source of the global batch (:func:`allocate`)."""
-    return allocate(weights_S, self.global_batch_size, self.data.sources)
+  def counts(self, weights_S: np.ndarray, step: int | None = None) -> np.ndarray:
+    """``[S]`` rows per source of the global batch of ``step`` (:func:`allocate`).
+
+    Ties between equal remainders are broken in an order drawn from ``(seed, step)``: over the steps
+    of a phase each tied source gets its share of the leftover rows (``step=None``: by index).
+    """
+    tie_break_S = None
+    if step is not None:
+      salt = np.uint64(0x7A11B4EA4) + np.arange(len(self.data.sources), dtype=np.uint64)
+      tie_break_S = hashing.splitmix64(np.uint64(hashing.hash_key(self._seed, step)) ^ salt)
+    return allocate(weights_S, self.global_batch_size, self.data.sources, tie_break_S=tie_break_S)
 
   def batch(self, step: int, weights_S: np.ndarray) -> dict[str, np.ndarray]:
     """This process's rows of the global batch of ``step`` for mixture ``weights_S``.
@@ -206,7 +221,7 @@ class MixtureSampler:
     if weights_S.shape != (len(self.data.sources),):
       raise ValueError(f"weights must have shape ({len(self.data.sources)},) (one per source), "
                        f"got {weights_S.shape}")
-    counts_S = self.counts(weights_S)
+    counts_S = self.counts(weights_S, step)
     for s in np.flatnonzero(counts_S):
       if self._windows[self.data.sources[s]].total == 0:
         name = self.data.sources[s]
