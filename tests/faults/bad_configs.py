@@ -21,6 +21,8 @@ from typing import Any
 
 import hypothesis.strategies as st
 
+from andrea_jax.curriculum import STRATEGIES
+
 NON_FINITE = st.sampled_from([math.nan, math.inf, -math.inf])
 # Values of the wrong type for an int field (floats, even integral ones, are not ints).
 NOT_INT = st.one_of(st.floats(allow_nan=True), st.text(max_size=4), st.none(), st.booleans(),
@@ -227,7 +229,7 @@ def breakages() -> st.SearchStrategy[Breakage]:
           st.text(max_size=5), st.integers(), st.none(),
           st.lists(st.one_of(st.just(""), st.integers(), st.none()), min_size=1, max_size=3))),
       # curriculum
-      _enum_field("curriculum.strategy", ("andrea", "bandit_only", "random_only", "static")),
+      _enum_field("curriculum.strategy", STRATEGIES),
       _int_field("curriculum.phase_min_steps", 4, 9),
       _int_field("curriculum.phase_max_steps", 13),
       _int_field("curriculum.decision_lag", 0, 5),
