@@ -33,7 +33,6 @@ import sys
 import tempfile
 import time
 import warnings
-from fractions import Fraction
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -292,21 +291,6 @@ def hostile_data(table: Table, root: Path, quick: bool) -> None:
 # --- numbers -----------------------------------------------------------------------------------
 
 
-def _exact_projection(x, lower, upper):
-  big = float(np.finfo(np.float32).max)
-  X = [Fraction(min(max(float(v), -big), big)) for v in x]
-  L, U = [Fraction(float(v)) for v in lower], [Fraction(float(v)) for v in upper]
-  g = lambda t: sum(min(max(xi + t, li), ui) for xi, li, ui in zip(X, L, U))
-  points = sorted({li - xi for xi, li in zip(X, L)} | {ui - xi for xi, ui in zip(X, U)})
-  values = [g(t) for t in points]
-  tau = points[0]
-  for (t0, v0), (t1, v1) in zip(zip(points, values), zip(points[1:], values[1:])):
-    if v0 <= 1 <= v1:
-      tau = t0 if v1 == v0 else t0 + (1 - v0) * (t1 - t0) / (v1 - v0)
-      break
-  return np.array([float(min(max(xi + tau, li), ui)) for xi, li, ui in zip(X, L, U)])
-
-
 def numerics(table: Table, root: Path, quick: bool) -> None:
   rng = np.random.default_rng(3)
   n = 200 if quick else 1000
@@ -322,7 +306,7 @@ def numerics(table: Table, root: Path, quick: bool) -> None:
     x = x.astype(np.float32)
     w = np.asarray(simplex.project(x, lower, upper, method=("pairwise", "sort")[i % 2]))
     ok += bool(np.isfinite(w).all() and abs(w.astype(np.float64).sum() - 1) < 1e-5
-               and np.abs(w - _exact_projection(x, lower, upper)).max() < 4e-6)
+               and np.abs(w - harness.exact_projection(x, lower, upper)).max() < 4e-6)
   table.add("project: 1e30, +-inf, denormals (vs exact)", n, ok)
   ok = 0
   for _ in range(50):

@@ -3,7 +3,6 @@
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import jax
@@ -19,6 +18,7 @@ from andrea_jax import step as step_lib
 from andrea_jax import train
 from andrea_jax.model import init_params
 from conftest import REPO, small_run_config
+from faults import harness
 
 
 def _fixed_batch(rng, B, T, vocab, num_sources):
@@ -170,23 +170,6 @@ def test_training_lowers_the_loss_and_writes_its_outputs(tmp_path, data_cache):
   assert sorted(os.listdir(tmp_path / "checkpoints"))[-1] == "60"
 
 
-def _overrides(c):
-  """The command-line flags that turn experiments/tiny.py into ``c`` (for a subprocess)."""
-  flat = {}
-  for section in ("model", "data", "train", "eval", "optim", "cliff"):
-    for k, v in c[section].items():
-      if not hasattr(v, "items"):
-        flat[f"{section}.{k}"] = v
-  for g in ("v2_firehose", "v3_polish"):
-    flat[f"curriculum.geometries.{g}.start_step"] = c.curriculum.geometries[g].start_step
-  out = []
-  for k, v in flat.items():
-    if isinstance(v, (tuple, list)):
-      v = "(" + ",".join(repr(x) for x in v) + ",)"
-    out.append(f"--config.{k}={v}")
-  return out
-
-
 @pytest.mark.slow
 def test_sigterm_then_resume_reproduces_the_uninterrupted_run(tmp_path, data_cache):
   c = small_run_config(num_steps=40)
@@ -194,8 +177,7 @@ def test_sigterm_then_resume_reproduces_the_uninterrupted_run(tmp_path, data_cac
   train.train_and_evaluate(c, str(reference))
 
   workdir = tmp_path / "interrupted"
-  cmd = [sys.executable, "-m", "andrea_jax.main", f"--config={REPO / 'experiments' / 'tiny.py'}",
-         f"--workdir={workdir}", *_overrides(c)]
+  cmd = harness.command(c, workdir)
   env = dict(os.environ, PYTHONUNBUFFERED="1")
   proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
   deadline = time.time() + 300

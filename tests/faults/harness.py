@@ -27,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import jax
@@ -339,3 +340,22 @@ def differences(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> list[str]
     if a[k].dtype != b[k].dtype or a[k].shape != b[k].shape or a[k].tobytes() != b[k].tobytes():
       out.append(k)
   return out
+
+
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+def exact_projection(x, lower, upper):
+  """The projection in exact rational arithmetic: the root of sum clip(x + t, l, u) = 1 found on the
+  sorted breakpoints, then interpolated (+-inf taken as the largest float32, its limit)."""
+  X = [Fraction(min(max(v, -_F32_MAX), _F32_MAX)) for v in map(float, x)]
+  L, U = [Fraction(float(v)) for v in lower], [Fraction(float(v)) for v in upper]
+  g = lambda t: sum(min(max(xi + t, li), ui) for xi, li, ui in zip(X, L, U))
+  points = sorted({li - xi for xi, li in zip(X, L)} | {ui - xi for xi, ui in zip(X, U)})
+  values = [g(t) for t in points]
+  tau = points[0]
+  for (t0, v0), (t1, v1) in zip(zip(points, values), zip(points[1:], values[1:])):
+    if v0 <= 1 <= v1:
+      tau = t0 if v1 == v0 else t0 + (1 - v0) * (t1 - t0) / (v1 - v0)
+      break
+  return np.array([float(min(max(xi + tau, li), ui)) for xi, li, ui in zip(X, L, U)])

@@ -3,7 +3,6 @@ samplers and the bandit: finite, correct outputs or a clear error; and NaN steps
 reach the weights."""
 
 import math
-from fractions import Fraction
 
 import jax
 import jax.numpy as jnp
@@ -32,22 +31,6 @@ EXTREME = st.one_of(
                      math.inf, -math.inf, 0.5, 1.0]))
 
 
-def exact_projection(x, lower, upper):
-  """The projection in exact rational arithmetic: the root of sum clip(x + t, l, u) = 1 found on the
-  sorted breakpoints, then interpolated (+-inf taken as the largest float32, its limit)."""
-  X = [Fraction(min(max(v, -F32_MAX), F32_MAX)) for v in map(float, x)]
-  L, U = [Fraction(float(v)) for v in lower], [Fraction(float(v)) for v in upper]
-  g = lambda t: sum(min(max(xi + t, li), ui) for xi, li, ui in zip(X, L, U))
-  points = sorted({li - xi for xi, li in zip(X, L)} | {ui - xi for xi, ui in zip(X, U)})
-  values = [g(t) for t in points]
-  tau = points[0]
-  for (t0, v0), (t1, v1) in zip(zip(points, values), zip(points[1:], values[1:])):
-    if v0 <= 1 <= v1:
-      tau = t0 if v1 == v0 else t0 + (1 - v0) * (t1 - t0) / (v1 - v0)
-      break
-  return np.array([float(min(max(xi + tau, li), ui)) for xi, li, ui in zip(X, L, U)])
-
-
 @pytest.mark.parametrize("method", ["pairwise", "sort"])
 @settings(max_examples=120, deadline=None, database=None)
 @given(x=st.lists(EXTREME, min_size=16, max_size=16), region=st.sampled_from(sorted(REGIONS)))
@@ -58,7 +41,7 @@ def test_projection_of_extreme_points_is_exact(method, x, region):
   assert np.isfinite(w).all()
   assert (w >= np.asarray(lower)).all() and (w <= np.asarray(upper)).all()
   assert abs(w.astype(np.float64).sum() - 1) < 1e-5
-  np.testing.assert_allclose(w, exact_projection(np.float32(x), lower, upper), atol=4e-6)
+  np.testing.assert_allclose(w, harness.exact_projection(np.float32(x), lower, upper), atol=4e-6)
 
 
 def test_projection_of_huge_points_by_hand():
