@@ -5,13 +5,34 @@ after a colon (``--config=experiments/andrea120m.py:v2``). Every field of the co
 the command line; unknown fields and wrong types are rejected by ml-collections (the config is locked).
 """
 
-import contextlib
 import signal
 
-from absl import app
-from absl import flags
-from absl import logging
-from ml_collections import config_flags
+
+# A SIGTERM/SIGINT before the trainer holds its own handlers (while Python imports jax, while the
+# flags load the config file, during jax.distributed start-up) is recorded here, not fatal: the
+# program then exits 0 before training, the checkpoints as they were. Installed first thing when run
+# as ``python -m andrea_jax.main``, and in :func:`run` for the console script.
+_EARLY_SIGNALS: list[int] = []
+
+
+def _record_early_signal(signum, frame):
+  del frame
+  _EARLY_SIGNALS.append(signum)
+
+
+def _hold_signals_until_training():
+  for s in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(s, _record_early_signal)
+
+
+if __name__ == "__main__":
+  _hold_signals_until_training()
+
+
+from absl import app  # noqa: E402  (after the handlers above)
+from absl import flags  # noqa: E402
+from absl import logging  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Run configuration file (experiments/*.py).", lock_config=True)
@@ -20,21 +41,12 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, logs
 flags.mark_flags_as_required(["config", "workdir"])
 
 
-class _StoppedBeforeStart(Exception):
-  """SIGTERM/SIGINT arrived while the program was still importing: nothing to save yet."""
-
-
-@contextlib.contextmanager
-def _stop_cleanly_while_importing():
-  """Until the trainer installs its own handlers, a SIGTERM/SIGINT ends the program cleanly."""
-  def stop(signum, frame):
-    raise _StoppedBeforeStart(signum)
-  old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
-  try:
-    yield
-  finally:
-    for s, handler in old.items():
-      signal.signal(s, handler)
+def _stopped_before_start() -> bool:
+  if not _EARLY_SIGNALS:
+    return False
+  print(f"signal {_EARLY_SIGNALS[0]} before the run started: nothing to save; the checkpoints in "
+        f"{_WORKDIR.value} are as they were. Run the same command again to resume.")
+  return True
 
 
 def main(argv):
@@ -42,19 +54,17 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)   # orbax logs every save at INFO; --verbosity=0 shows it
-  try:
-    with _stop_cleanly_while_importing():
-      import jax
-      from andrea_jax import distributed
-      from andrea_jax import train
-  except _StoppedBeforeStart as e:
-    print(f"signal {e.args[0]} before the run started: nothing to save; the checkpoints in "
-          f"{_WORKDIR.value} are as they were. Run the same command again to resume.")
+  import jax
+  from andrea_jax import distributed
+  from andrea_jax import train
+  if _stopped_before_start():
     return
-  # After the handlers above are restored: with several processes, initialising installs JAX's
-  # preemption-service SIGTERM handler, which restoring them would remove.
+  # With several processes this installs JAX's preemption-service SIGTERM handler (kept from here).
   distributed.maybe_initialize(_CONFIG.value)
-  # From here train_and_evaluate holds the handlers: a signal stops the run at a step boundary.
+  if _stopped_before_start():
+    return
+  # From here train_and_evaluate holds the handlers: a signal stops the run at a step boundary (and
+  # afterwards, during the last prints, one is recorded and ignored: the run is complete).
   summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   if jax.process_index() == 0:
     where = _WORKDIR.value
@@ -72,6 +82,7 @@ def main(argv):
 
 def run():
   """Console-script entry point (``andrea-train``)."""
+  _hold_signals_until_training()
   app.run(main)
 
 

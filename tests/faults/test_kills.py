@@ -38,3 +38,26 @@ def test_kills_and_sigint_then_resume_reproduce_the_uninterrupted_run(reference,
   assert any("bandit" in k for k in ours), sorted(ours)
   assert harness.differences(ours, theirs) == []
   assert not np.isnan(ours[next(k for k in ours if "params" in k)]).any()
+
+
+def test_a_signal_during_start_up_exits_cleanly_and_leaves_the_checkpoints(xla_cache, tmp_path):
+  """While Python imports jax and the flags load the config file, the trainer's own handlers are not
+  installed yet: a SIGTERM or SIGINT there must still end the process with 0 and a message, not with
+  the default action's -15 (found by bench/faults.py's "SIGTERM at a random moment")."""
+  import signal
+  import subprocess
+  import time
+
+  config = harness.fault_config()
+  for k, (sig, delay) in enumerate([(signal.SIGTERM, 0.05), (signal.SIGTERM, 0.3),
+                                    (signal.SIGINT, 0.15)]):
+    workdir = tmp_path / f"run{k}"
+    proc = subprocess.Popen(harness.command(config, workdir), cwd=harness.REPO,
+                            env=harness.environment(xla_cache), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    time.sleep(delay)
+    proc.send_signal(sig)
+    out = proc.communicate(timeout=300)[0].decode()
+    assert proc.returncode == 0, (sig, delay, out[-2000:])
+    assert f"signal {int(sig)} before the run started" in out, out[-2000:]
+    assert harness.final_steps(workdir / "checkpoints") == []
