@@ -288,7 +288,9 @@ def check_campaign(segments: list[Segment]) -> Check:
   """
   injected, survived, lost, problems = {}, {}, {}, []
   for k, seg in enumerate(segments):
-    nxt = segments[k + 1] if k + 1 < len(segments) else None
+    # The restart that counts is the next segment that opened the checkpoints: one stopped by a
+    # signal or killed while still importing neither resumed nor lost anything.
+    nxt = next((s for s in segments[k + 1:] if s.initialised), None)
     if seg.fault == "none":
       if seg.returncode != 0:
         problems.append(f"final segment exited {seg.returncode}:\n{seg.output[-3000:]}")

@@ -61,3 +61,29 @@ def test_a_signal_during_start_up_exits_cleanly_and_leaves_the_checkpoints(xla_c
     assert proc.returncode == 0, (sig, delay, out[-2000:])
     assert f"signal {int(sig)} before the run started" in out, out[-2000:]
     assert harness.final_steps(workdir / "checkpoints") == []
+
+
+def _segment(fault, returncode, resumed, before, after, output=""):
+  return harness.Segment(fault=fault, fired=fault != "none", returncode=returncode,
+                         resumed_from=resumed, newest_before=before, newest_after=after,
+                         leftovers_before=set(), leftovers_after=set(), unverified=[], seconds=1.0,
+                         started_after=None, output=output)
+
+
+def test_campaign_bookkeeping_skips_restarts_that_never_started():
+  """A SIGINT checkpoints step 13; the next process is stopped while importing (it opens nothing);
+  the one after resumes from 13: nothing lost. Resuming from 8 instead would lose 5 steps."""
+  stop = "signal 2 at step 13: checkpointing and exiting"
+  early = "signal 15 before the run started: nothing to save"
+  segments = [_segment("sigint", 0, 8, 8, 13, stop),
+              _segment("sigterm_anytime", 0, None, 13, 13, early),
+              _segment("random_time", -9, None, 13, 13),
+              _segment("none", 0, 13, 13, 20, "done: 20 steps")]
+  check = harness.check_campaign(segments)
+  assert check.problems == []
+  assert check.steps_lost == {"sigint": 0, "sigterm_anytime": 0, "random_time": 0}
+  assert check.survived == {"sigint": 1, "sigterm_anytime": 1, "random_time": 1}
+
+  segments[-1] = _segment("none", 0, 8, 13, 20, "done: 20 steps")
+  check = harness.check_campaign(segments)
+  assert check.steps_lost["sigint"] == 5 and check.problems
