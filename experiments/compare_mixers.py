@@ -28,16 +28,16 @@ picked on the training split: the equal-weight mean over sources of each source'
 the last 10% of steps (``bench/compare_mixers.py --tune``). The evaluation split never chose
 anything. :data:`SELECTED` holds the picks.
 
-Hardware: a 2-core x86 CPU. A run is 75-110 s on free cores, the default comparison (6 arms x 3
-seeds, then the step timing, ~5 min) about 35 min; measured here, shared with other work at a load
-average of 5-15, the 18 runs took 52 min.
+Hardware: a 2-core x86 CPU. A run is 30-110 s depending on the machine's load; the default
+comparison (6 arms x 3 seeds, then the step timing) about 20 min on free cores.
 
-Expect (seeds 0-2, final mean held-out loss over the 16 sources, nats/byte): uniform 2.006;
-static 2.473, andrea 2.369, bandit_only 2.413, random_only 2.360, exp3 2.352: no arm reaches
-uniform's final loss within the run (uniform reaches theirs by step 180-270). Without the
-geometries (the _full arms) 2.06-2.11, exp3_full equal to uniform (lr_scale 0.01 never moves a row
-of a 32-row batch); with a floor of 1/32 on every source 2.019-2.036; uniform with the noise source
-capped at 1/32 2.021. The curriculum update costs 1-17 us per step, under 0.03% of a step.
+Expect (seeds 0-2, final mean held-out loss over the 16 sources, nats/byte; bench/RESULTS.md):
+uniform 2.006; static 2.260, andrea 2.393, bandit_only 2.425, random_only 2.352, exp3 2.379: no arm
+reaches uniform's final loss within the run (uniform reaches theirs by step 215-349). Without the
+geometries (the _full arms) 2.08-2.11, exp3_full equal to uniform (lr_scale 0.01 never moves a row
+of a 32-row batch); with a floor of 1/32 on every source 2.021-2.036; uniform with the noise source
+capped at 1/32 by hand 2.009 (+0.003 +- 0.009: even that oracle does not beat uniform). The
+curriculum update costs 1-17 us per step, under 0.03% of a step.
 """
 
 import ml_collections
