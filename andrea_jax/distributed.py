@@ -6,9 +6,9 @@ from the ``JAX_COORDINATOR_ADDRESS`` / ``JAX_NUM_PROCESSES`` / ``JAX_PROCESS_ID`
 or from the cluster's own environment (SLURM, Open MPI, TPU VM metadata), which
 ``jax.distributed.initialize()`` detects by itself. A single process with nothing set does nothing.
 
-Call it before anything touches a device, and after any Python SIGTERM handler has been put back:
-initialising starts JAX's preemption service, whose own SIGTERM handler lets every process agree on
-the step at which to checkpoint and stop (see ``andrea_jax.train``).
+Call it before anything touches a device. Initialising starts JAX's preemption service, whose own
+SIGTERM handler (it replaces any installed before, such as :mod:`andrea_jax.launch`'s) lets every
+process agree on the step at which to checkpoint and stop (see ``andrea_jax.train``).
 """
 
 from __future__ import annotations

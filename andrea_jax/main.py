@@ -5,29 +5,10 @@ after a colon (``--config=experiments/andrea120m.py:v2``). Every field of the co
 the command line; unknown fields and wrong types are rejected by ml-collections (the config is locked).
 """
 
-import signal
-
-
-# A SIGTERM/SIGINT before the trainer holds its own handlers (while Python imports jax, while the
-# flags load the config file, during jax.distributed start-up) is recorded here, not fatal: the
-# program then exits 0 before training, the checkpoints as they were. Installed first thing when run
-# as ``python -m andrea_jax.main``, and in :func:`run` for the console script.
-_EARLY_SIGNALS: list[int] = []
-
-
-def _record_early_signal(signum, frame):
-  del frame
-  _EARLY_SIGNALS.append(signum)
-
-
-def _hold_signals_until_training():
-  for s in (signal.SIGTERM, signal.SIGINT):
-    signal.signal(s, _record_early_signal)
-
+from andrea_jax import launch
 
 if __name__ == "__main__":
-  _hold_signals_until_training()
-
+  launch.hold()   # before absl and the config file: see andrea_jax.launch
 
 from absl import app  # noqa: E402  (after the handlers above)
 from absl import flags  # noqa: E402
@@ -42,9 +23,9 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 
 def _stopped_before_start() -> bool:
-  if not _EARLY_SIGNALS:
+  if not launch.RECEIVED:
     return False
-  print(f"signal {_EARLY_SIGNALS[0]} before the run started: nothing to save; the checkpoints in "
+  print(f"signal {launch.RECEIVED[0]} before the run started: nothing to save; the checkpoints in "
         f"{_WORKDIR.value} are as they were. Run the same command again to resume.")
   return True
 
@@ -59,13 +40,15 @@ def main(argv):
   from andrea_jax import train
   if _stopped_before_start():
     return
-  # With several processes this installs JAX's preemption-service SIGTERM handler (kept from here).
+  # With several processes this installs JAX's preemption-service SIGTERM handler. A signal
+  # recorded from here on is handed to the trainer once its own handlers are in place (never
+  # dropped; with several processes passed to the service, so that all stop at the same step).
   distributed.maybe_initialize(_CONFIG.value)
-  if _stopped_before_start():
-    return
-  # From here train_and_evaluate holds the handlers: a signal stops the run at a step boundary (and
-  # afterwards, during the last prints, one is recorded and ignored: the run is complete).
-  summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  try:
+    summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value,
+                                       early_signals=launch.RECEIVED)
+  finally:
+    launch.release()   # the run is over: a signal now takes its default action again
   if jax.process_index() == 0:
     where = _WORKDIR.value
     if "interrupted_at" in summary:
@@ -81,8 +64,8 @@ def main(argv):
 
 
 def run():
-  """Console-script entry point (``andrea-train``)."""
-  _hold_signals_until_training()
+  """Parses the flags and runs :func:`main` (after :func:`andrea_jax.launch.hold`)."""
+  launch.hold()
   app.run(main)
 
 

@@ -22,6 +22,7 @@ import functools
 import os
 import signal
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -104,6 +105,10 @@ class _Signals:
     if self._shared:
       os.kill(os.getpid(), signal.SIGTERM)   # to the preemption service's own handler
 
+  def deliver(self, signum: int) -> None:
+    """Act on a signal that arrived before these handlers were installed, as if it came now."""
+    self._handle(signum, None)
+
   def stop(self, step: int) -> bool:
     """Whether to checkpoint and exit after ``step`` (the same answer on every process)."""
     if self._shared:
@@ -129,8 +134,13 @@ def _honour_signals(train_fn):
   evaluation or checkpoint lets them finish, so the process always exits cleanly."""
 
   @functools.wraps(train_fn)
-  def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
+                         early_signals: Sequence[int] = ()) -> dict:
     with _Signals() as signals:
+      # Read only now that the handlers are installed, so that a signal recorded by the caller while
+      # they were not (andrea_jax.launch) is seen here, whenever it came.
+      if early_signals:
+        signals.deliver(early_signals[0])
       return train_fn(config, workdir, signals)
 
   return train_and_evaluate
@@ -165,7 +175,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   """Train (or resume) the run described by ``config`` in ``workdir``; returns a summary dict.
 
   Writes under ``workdir``: ``checkpoints/``, ``metrics.jsonl``, ``throughput.jsonl``,
-  ``tensorboard/``, ``samples.txt``, ``config.json`` and, at the end, ``summary.png``.
+  ``tensorboard/``, ``samples.txt``, ``config.json`` and, at the end, ``summary.png``. SIGTERM and
+  SIGINT during the call stop the run at the next step boundary with a checkpoint; the keyword
+  ``early_signals`` (the signals a caller recorded before calling, see :mod:`andrea_jax.launch`)
+  acts the same way.
   """
   run = runconfig.build(config)            # validates everything; raises before any compilation
   os.makedirs(workdir, exist_ok=True)
@@ -193,6 +206,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   if restored is not None:
     start, state, _ = restored
     print(f"resuming from step {start} ({checkpoints.directory}/{start})")
+  elif is_main:
+    print(f"starting from step 0 (no checkpoint in {checkpoints.directory})")
   num_steps = config.train.num_steps
   logger = logs.RunLogger(workdir, resume_step=start, is_writer=is_main,
                           tensorboard=config.train.tensorboard)

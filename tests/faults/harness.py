@@ -41,7 +41,9 @@ KILLS = ("async_write", "after_commit", "random_step", "random_time")
 # After a random step; and SIGTERM at a random moment from the launch on (imports, start-up,
 # training or the final evaluation and checkpoint).
 SIGNALS = {"sigterm": signal.SIGTERM, "sigint": signal.SIGINT, "sigterm_anytime": signal.SIGTERM}
-_RESUMED = re.compile(r"resuming from step (\d+)")
+# The trainer prints one of these once it has opened the checkpoints ("starting from step 0" when
+# there was none to restore).
+_RESUMED = re.compile(r"(?:resuming|starting) from step (\d+)")
 
 
 class _Counter:
@@ -163,7 +165,7 @@ class Segment:
   @property
   def initialised(self) -> bool:
     """It got as far as opening the checkpoints (so orbax had cleaned its temporaries)."""
-    return (self.resumed_from is not None or self.newest_after > self.newest_before
+    return (self.resumed_from is not None or self.newest_after != self.newest_before
             or (self.returncode == 0 and "before the run started" not in self.output))
 
   @property
@@ -283,8 +285,9 @@ def check_campaign(segments: list[Segment]) -> Check:
   A fault is survived when: a SIGKILL ended the process (-9) or a signal ended it cleanly (exit 0)
   with a new complete checkpoint at the step it reached (or, arriving before the run started or
   after its last step, with nothing new to save); every complete checkpoint left verifies; the
-  next segment resumed from the newest complete checkpoint (0 steps lost), and the temporary
-  directories left before that next segment were gone once it had opened the checkpoints.
+  next segment that opened the checkpoints (one stopped or killed while still importing did not)
+  resumed from the newest complete one (0 steps lost), and the temporary directories left before it
+  were gone once it had opened them.
   """
   injected, survived, lost, problems = {}, {}, {}, []
   for k, seg in enumerate(segments):
@@ -296,6 +299,9 @@ def check_campaign(segments: list[Segment]) -> Check:
         problems.append(f"final segment exited {seg.returncode}:\n{seg.output[-3000:]}")
       continue
     if not seg.fired:
+      if seg.returncode != 0:
+        problems.append(f"segment {k} ({seg.fault}) exited {seg.returncode} before its fault:\n"
+                        f"{seg.output[-3000:]}")
       continue   # the run finished before the fault could be injected
     injected[seg.fault] = injected.get(seg.fault, 0) + 1
     why = []
@@ -312,8 +318,6 @@ def check_campaign(segments: list[Segment]) -> Check:
       why.append(f"complete checkpoints fail verification: {seg.unverified}")
     if nxt is not None:
       n = nxt.steps_lost
-      if n is None and nxt.returncode == 0:
-        n = nxt.newest_before
       if n is not None:
         lost[seg.fault] = lost.get(seg.fault, 0) + n
         if n:
@@ -350,14 +354,17 @@ _F32_MAX = float(np.finfo(np.float32).max)
 def exact_projection(x, lower, upper):
   """The projection in exact rational arithmetic: the root of sum clip(x + t, l, u) = 1 found on the
   sorted breakpoints, then interpolated (+-inf taken as the largest float32, its limit)."""
-  X = [Fraction(min(max(v, -_F32_MAX), _F32_MAX)) for v in map(float, x)]
-  L, U = [Fraction(float(v)) for v in lower], [Fraction(float(v)) for v in upper]
-  g = lambda t: sum(min(max(xi + t, li), ui) for xi, li, ui in zip(X, L, U))
-  points = sorted({li - xi for xi, li in zip(X, L)} | {ui - xi for xi, ui in zip(X, U)})
-  values = [g(t) for t in points]
+  xs = [Fraction(min(max(v, -_F32_MAX), _F32_MAX)) for v in map(float, x)]
+  lo, hi = [Fraction(float(v)) for v in lower], [Fraction(float(v)) for v in upper]
+
+  def total(t):
+    return sum(min(max(xi + t, li), ui) for xi, li, ui in zip(xs, lo, hi))
+
+  points = sorted({li - xi for xi, li in zip(xs, lo)} | {ui - xi for xi, ui in zip(xs, hi)})
+  values = [total(t) for t in points]
   tau = points[0]
   for (t0, v0), (t1, v1) in zip(zip(points, values), zip(points[1:], values[1:])):
     if v0 <= 1 <= v1:
       tau = t0 if v1 == v0 else t0 + (1 - v0) * (t1 - t0) / (v1 - v0)
       break
-  return np.array([float(min(max(xi + tau, li), ui)) for xi, li, ui in zip(X, L, U)])
+  return np.array([float(min(max(xi + tau, li), ui)) for xi, li, ui in zip(xs, lo, hi)])

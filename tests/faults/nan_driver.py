@@ -8,7 +8,12 @@ real command.
 
 import os
 
-from andrea_jax.data import sampler as sampler_lib
+from andrea_jax import launch
+
+if __name__ == "__main__":
+  launch.hold()   # as the real command does, before the heavy imports
+
+from andrea_jax.data import sampler as sampler_lib  # noqa: E402
 
 NAN_STEPS = {int(s) for s in os.environ["ANDREA_FAULTS_NAN_STEPS"].split(",")}
 _batch = sampler_lib.MixtureSampler.batch

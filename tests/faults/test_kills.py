@@ -4,7 +4,14 @@ The long campaign (>= 20 kills, SIGTERM and SIGINT ten times each) is ``bench/fa
 injects one fault of each kind that matters.
 """
 
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import numpy as np
+import pytest
 
 from faults import harness
 
@@ -40,27 +47,61 @@ def test_kills_and_sigint_then_resume_reproduce_the_uninterrupted_run(reference,
   assert not np.isnan(ours[next(k for k in ours if "params" in k)]).any()
 
 
-def test_a_signal_during_start_up_exits_cleanly_and_leaves_the_checkpoints(xla_cache, tmp_path):
+def _catches(pid: int, sig: int) -> bool:
+  """Whether process ``pid`` has a handler installed for ``sig`` (Linux: SigCgt in /proc)."""
+  try:
+    status = Path(f"/proc/{pid}/status").read_text()
+  except FileNotFoundError:
+    return False
+  caught = int(next(l.split()[1] for l in status.splitlines() if l.startswith("SigCgt:")), 16)
+  return bool(caught >> (int(sig) - 1) & 1)
+
+
+@pytest.mark.parametrize("entry", ["python -m", "console script"])
+def test_a_signal_during_start_up_exits_cleanly_and_leaves_the_checkpoints(entry, xla_cache,
+                                                                          tmp_path):
   """While Python imports jax and the flags load the config file, the trainer's own handlers are not
   installed yet: a SIGTERM or SIGINT there must still end the process with 0 and a message, not with
-  the default action's -15 (found by bench/faults.py's "SIGTERM at a random moment")."""
-  import signal
-  import subprocess
-  import time
-
+  the default action's -15 (found by bench/faults.py's "SIGTERM at a random moment"). The signal is
+  sent once the process has its first handler (andrea_jax.launch, milliseconds after the
+  interpreter starts); before that no program can catch anything."""
   config = harness.fault_config()
-  for k, (sig, delay) in enumerate([(signal.SIGTERM, 0.05), (signal.SIGTERM, 0.3),
-                                    (signal.SIGINT, 0.15)]):
+  cmd = harness.command(config, tmp_path / "unused")
+  if entry == "console script":
+    script = Path(sys.executable).parent / "andrea-train"
+    if not script.exists():
+      pytest.skip("andrea-train is not installed in this environment")
+    cmd = [str(script), *cmd[3:]]   # drop "python -m andrea_jax.main"
+  for k, (sig, delay) in enumerate([(signal.SIGTERM, 0.0), (signal.SIGTERM, 0.2),
+                                    (signal.SIGINT, 0.1)]):
     workdir = tmp_path / f"run{k}"
-    proc = subprocess.Popen(harness.command(config, workdir), cwd=harness.REPO,
-                            env=harness.environment(xla_cache), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
+    run_cmd = [a if not a.startswith("--workdir=") else f"--workdir={workdir}" for a in cmd]
+    proc = subprocess.Popen(run_cmd, cwd=harness.REPO, env=harness.environment(xla_cache),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.time() + 30
+    while not _catches(proc.pid, signal.SIGTERM):
+      assert proc.poll() is None and time.time() < deadline, "no handler installed"
+      time.sleep(0.001)
     time.sleep(delay)
     proc.send_signal(sig)
     out = proc.communicate(timeout=300)[0].decode()
-    assert proc.returncode == 0, (sig, delay, out[-2000:])
+    assert proc.returncode == 0, (entry, sig, delay, out[-2000:])
     assert f"signal {int(sig)} before the run started" in out, out[-2000:]
     assert harness.final_steps(workdir / "checkpoints") == []
+
+
+def test_a_signal_recorded_before_the_trainer_started_stops_it_at_the_first_step(data_cache,
+                                                                                 tmp_path):
+  """A signal the command line recorded while jax.distributed was connecting (or the trainer was
+  installing its handlers) is handed over, never dropped: the run checkpoints its first step."""
+  from andrea_jax import train
+  from conftest import small_run_config
+  before = signal.getsignal(signal.SIGTERM)
+  summary = train.train_and_evaluate(small_run_config(num_steps=30), str(tmp_path),
+                                     early_signals=[signal.SIGTERM])
+  assert summary["interrupted_at"] == 1
+  assert harness.final_steps(tmp_path / "checkpoints") == [1]
+  assert signal.getsignal(signal.SIGTERM) is before   # the handlers were put back
 
 
 def _segment(fault, returncode, resumed, before, after, output=""):
@@ -87,3 +128,16 @@ def test_campaign_bookkeeping_skips_restarts_that_never_started():
   segments[-1] = _segment("none", 0, 8, 13, 20, "done: 20 steps")
   check = harness.check_campaign(segments)
   assert check.steps_lost["sigint"] == 5 and check.problems
+
+  # A restart that loses the newest checkpoint (13 -> 11) before it is killed, silently: the final
+  # run resumes from the newest one left, 11, but two committed steps are gone.
+  segments = [_segment("sigint", 0, 8, 8, 13, stop),
+              _segment("random_time", -9, None, 13, 11),
+              _segment("none", 0, 11, 11, 20, "done: 20 steps")]
+  check = harness.check_campaign(segments)
+  assert check.steps_lost["sigint"] == 13 and check.problems
+  # One that opened the checkpoints and trained from scratch before it was killed.
+  segments[1] = _segment("random_time", -9, 0, 13, 13, "starting from step 0")
+  segments[2] = _segment("none", 0, 13, 13, 20, "done: 20 steps")
+  check = harness.check_campaign(segments)
+  assert check.steps_lost["sigint"] == 13 and check.problems
