@@ -19,8 +19,8 @@ windows of every source):
   for the whole run, like ``uniform``: the mixer without the geometries.
 * the attempts the measurements suggested: ``andrea_floor``, ``bandit_only_floor`` (the full
   simplex with every source at 1/32 or more), ``andrea_floor_slow`` (and a bandit discount of
-  0.999), ``andrea_floor_eta03`` (eta 0.03); and a bound, ``uniform_noise_capped`` (uniform with
-  the noise source ``extra-06`` capped at 1/32 by hand).
+  0.999), ``andrea_floor_eta03`` (eta 0.03); and an oracle's choice, ``uniform_noise_capped``
+  (uniform with the noise source ``extra-06`` capped at 1/32 by hand).
 
 Hyper-parameters: each tunable arm had the same budget of three settings (:data:`TUNING`, the first
 one is the package default), tried at seed ``TUNING_SEED`` (never one of the reported seeds) and
@@ -65,14 +65,14 @@ ARMS = {
     "bandit_only_full": ("bandit_only", "full"),
     "random_only_full": ("random_only", "full"),
     "exp3_full": ("exp3", "full"),
-    # Every source kept at 1/32 or more (a tiny model forgets a source it stops seeing), and a
-    # bandit that averages its noisy learning progress over the whole run (discount 0.999).
+    # Every source kept at 1/32 or more (a source's final loss follows its share of the batches),
+    # and a bandit that averages its noisy learning progress over the whole run (discount 0.999).
     "andrea_floor": ("andrea", "floor"),
     "bandit_only_floor": ("bandit_only", "floor"),
     "andrea_floor_slow": ("andrea", "floor", {"bandit.discount": 0.999}),
     "andrea_floor_eta03": ("andrea", "floor", {"eta": 0.03}),
-    # Not a strategy, a bound: the uniform mixture with the noise source capped at 1/32 (chosen by
-    # hand, knowing it is noise). How much can moving weight away from it gain at all?
+    # Not a strategy, an oracle's choice: the uniform mixture with the noise source capped at 1/32
+    # (by hand, knowing it is noise). How much can moving weight away from it gain at all?
     "uniform_noise_capped": ("static", "noise_cap"),
 }
 
