@@ -14,6 +14,8 @@ Needs jaxopt (``pip install -e .[bench]``). On a CPU, compare the rows of one ru
 from __future__ import annotations
 
 import argparse
+import pathlib
+import sys
 import time
 
 import jax
@@ -21,6 +23,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from andrea_jax.simplex import Region, project, sample_uniform
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
+# The tests' independent float64 answer (numpy bisection on tau, 200 halvings).
+from test_simplex_projection import oracle as _bisection_reference  # noqa: E402
 
 
 def _random_regions(rng: np.random.Generator, batch: int, n: int):
@@ -35,17 +41,6 @@ def _random_regions(rng: np.random.Generator, batch: int, n: int):
   upper[short, 0] = 1.0
   lower[short, 0] = np.minimum(lower[short, 0], 0.5)
   return x, lower, upper
-
-
-def _bisection_reference(x, lower, upper, iters: int = 200) -> np.ndarray:
-  """Independent float64 answer: numpy bisection on tau for sum(clip(x + tau, l, u)) = 1."""
-  lo = np.min(lower - x, axis=-1, keepdims=True)
-  hi = np.max(upper - x, axis=-1, keepdims=True)
-  for _ in range(iters):
-    mid = 0.5 * (lo + hi)
-    below = np.clip(x + mid, lower, upper).sum(-1, keepdims=True) < 1
-    lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
-  return np.clip(x + 0.5 * (lo + hi), lower, upper)
 
 
 def _time_interleaved(fns: dict, args, repeats: int) -> dict:
