@@ -4,7 +4,7 @@ This module is the single place where the source names and their order live. Eve
 package is a ``[16]`` array in this order.
 
 The source document names ten sources (:data:`SEED_SOURCES`). It does not name the other six; they get
-neutral names here (``extra-01`` to ``extra-06``) (:data:`EXTRA_SOURCES`) and are not part of the document.
+neutral names here, ``extra-01`` to ``extra-06`` (:data:`EXTRA_SOURCES`), and are not part of the document.
 """
 
 from __future__ import annotations
