@@ -11,21 +11,24 @@ The interface the trainer calls (all pure; ``update``, ``exclude`` and ``metrics
   m = curriculum.metrics(spec, state)                                     # small arrays to log
 
 Strategies (``curriculum.strategy``): ``"andrea"`` (random and bandit phases), ``"bandit_only"``,
-``"random_only"``, ``"static"`` (the uniform mixture projected onto each region) and ``"exp3"``
-(ODM's online data mixing: EXP3 on the per-source training loss, projected onto each region).
+``"random_only"``, ``"static"`` (the uniform mixture projected onto each region), ``"exp3"`` (ODM's
+online data mixing: EXP3 on the per-source training loss, projected onto each region) and
+``"elastic"`` (shares in proportion to each source's log-time learning rate, projected).
 
 Modules: :mod:`.config` (the config section, geometry builders, validation into a
 :class:`CurriculumSpec`), :mod:`.engine` (phases and geometries), :mod:`.exp3` (the EXP3 mixer's
-pure functions), :mod:`.simulate` (the curriculum against a synthetic reward model, in one
+pure functions), :mod:`.elastic` (the elastic mixer's), :mod:`.simulate` (the curriculum against a synthetic reward model, in one
 ``lax.scan``), :mod:`.plots`; ``python -m andrea_jax.curriculum`` runs the simulator.
 """
 
 from andrea_jax.curriculum.config import (
+    BANDIT_REWARDS,
     STRATEGIES,
     CurriculumSpec,
     andrea_geometries,
     bandit_section,
     curriculum_config,
+    elastic_section,
     exp3_section,
     geometry,
     single_geometry,
@@ -36,6 +39,7 @@ from andrea_jax.curriculum.config import (
 )
 from andrea_jax.curriculum.engine import (
     KIND_BANDIT,
+    KIND_ELASTIC,
     KIND_EXP3,
     KIND_FIXED,
     KIND_NAMES,
@@ -52,9 +56,9 @@ from andrea_jax.curriculum.engine import (
 )
 
 __all__ = [
-    "STRATEGIES", "CurriculumSpec", "andrea_geometries", "bandit_section", "curriculum_config",
-    "exp3_section", "geometry", "single_geometry", "source_key", "spec_from_config",
+    "BANDIT_REWARDS", "STRATEGIES", "CurriculumSpec", "andrea_geometries", "bandit_section",
+    "curriculum_config", "elastic_section", "exp3_section", "geometry", "single_geometry", "source_key", "spec_from_config",
     "used_sources", "validate",
-    "KIND_BANDIT", "KIND_EXP3", "KIND_FIXED", "KIND_NAMES", "KIND_RANDOM", "CurriculumState",
+    "KIND_BANDIT", "KIND_ELASTIC", "KIND_EXP3", "KIND_FIXED", "KIND_NAMES", "KIND_RANDOM", "CurriculumState",
     "Schedule", "exclude", "init", "lookup", "metrics", "schedule", "update", "weights_at",
 ]

@@ -30,11 +30,18 @@ import ml_collections
 import numpy as np
 
 from andrea_jax.bandit import BanditParams
+from andrea_jax.curriculum.elastic import ElasticParams
 from andrea_jax.curriculum.exp3 import Exp3Params
 from andrea_jax.simplex import Region
 from andrea_jax.sources import POLISH_EXCLUDED, SOURCES, WARMUP_SOURCES, check_sources
 
-STRATEGIES = ("andrea", "bandit_only", "random_only", "static", "exp3")
+STRATEGIES = ("andrea", "bandit_only", "random_only", "static", "exp3", "elastic")
+
+BANDIT_REWARDS = ("progress", "log_rate")
+"""What a bandit phase ranks the sources by: ``"progress"``, the UCB index of the learning progress
+per token (:mod:`andrea_jax.bandit`, the default), or ``"log_rate"``, the elastic mixer's
+log-time learning rate (:mod:`andrea_jax.curriculum.elastic`; sources whose rate is unknown
+first)."""
 
 # The source document's three regimes (SPEC §5): start steps of the full 200K-step run.
 FIREHOSE_START = 20_000
@@ -153,12 +160,22 @@ def exp3_section(params: Exp3Params = Exp3Params()) -> ml_collections.ConfigDict
   return e
 
 
+def elastic_section(params: ElasticParams = ElasticParams()) -> ml_collections.ConfigDict:
+  """The elastic mixer's knobs (strategy ``"elastic"``; see :mod:`andrea_jax.curriculum.elastic`)."""
+  e = ml_collections.ConfigDict()
+  e.uniform_mix = params.uniform_mix  # mu in [0, 1]: share kept uniform; 1 = the uniform mixture
+  e.burn_in = params.burn_in  # steps before the log-time fit of each source's loss starts
+  e.forget = params.forget  # lambda >= 0: a point from step t' weighs ((t'+1)/(t+1))^lambda at t
+  return e
+
+
 def curriculum_config(geometries: ml_collections.ConfigDict | None = None
                       ) -> ml_collections.ConfigDict:
   """The ``curriculum`` section; by default the three regimes scaled to the 2000-step tiny run."""
   c = ml_collections.ConfigDict()
   # "andrea" (random + bandit phases), "bandit_only", "random_only", "static" (the uniform mixture
-  # projected onto each region) or "exp3" (ODM's EXP3 mixture projected onto each region)
+  # projected onto each region), "exp3" (ODM's EXP3 mixture projected onto each region) or
+  # "elastic" (shares in proportion to each source's log-time learning rate, projected)
   c.strategy = "andrea"
   c.phase_min_steps = 7  # shortest phase, steps (> decision_lag + 1)
   c.phase_max_steps = 42  # longest phase, steps; lengths are uniform in [min, max]
@@ -166,7 +183,9 @@ def curriculum_config(geometries: ml_collections.ConfigDict | None = None
   c.eta = 0.3  # bandit phase: w <- (1 - eta) w + eta v, v the UCB-optimal vertex; in (0, 1]
   c.decision_lag = 2  # steps between a phase's decision and its start (host-side batch prefetch)
   c.bandit = bandit_section()
+  c.bandit_reward = "progress"  # what bandit phases rank sources by: "progress" or "log_rate"
   c.exp3 = exp3_section()  # strategy "exp3" only
+  c.elastic = elastic_section()  # strategy "elastic", and bandit_reward "log_rate"
   # regions of the simplex keyed by name, each in force from its start_step (steps) on
   c.geometries = geometries if geometries is not None else andrea_geometries(2000, 0.01)
   return c
@@ -192,6 +211,8 @@ class CurriculumSpec:
     decision_lag: steps between a phase's decision and its start.
     bandit: the bandit's parameters.
     exp3: the EXP3 mixer's parameters (strategy ``"exp3"``).
+    elastic: the elastic mixer's parameters (strategy ``"elastic"``, bandit reward ``"log_rate"``).
+    bandit_reward_code: index in :data:`BANDIT_REWARDS` of what bandit phases rank sources by.
   """
   sources: tuple[str, ...]
   geometry_names: tuple[str, ...]
@@ -206,9 +227,11 @@ class CurriculumSpec:
   decision_lag: int
   bandit: BanditParams
   exp3: Exp3Params = Exp3Params()
+  elastic: ElasticParams = ElasticParams()
+  bandit_reward_code: int = 0
 
   _LEAVES = ("starts", "lowers", "uppers", "strategy_code", "phase_min_steps", "phase_max_steps",
-             "random_share", "eta", "bandit", "exp3")
+             "random_share", "eta", "bandit", "exp3", "elastic", "bandit_reward_code")
 
   def tree_flatten(self):
     return (tuple(getattr(self, n) for n in self._LEAVES),
@@ -227,7 +250,8 @@ class CurriculumSpec:
     return (self.sources, self.geometry_names, np.asarray(self.starts).tobytes(),
             np.asarray(self.lowers).tobytes(), np.asarray(self.uppers).tobytes(),
             self.strategy_code, self.phase_min_steps, self.phase_max_steps, self.random_share,
-            self.eta, self.decision_lag, self.bandit, self.exp3)
+            self.eta, self.decision_lag, self.bandit, self.exp3, self.elastic,
+            self.bandit_reward_code)
 
   def __eq__(self, other):
     return isinstance(other, CurriculumSpec) and self._key() == other._key()
@@ -365,6 +389,14 @@ def spec_from_config(config: ml_collections.ConfigDict, sources: Sequence[str] =
   if set(e) - fields:
     raise ValueError(f"curriculum.exp3 has unknown fields {sorted(set(e) - fields)}")
   exp3 = Exp3Params(**e)
+  e = dict(c.elastic) if "elastic" in c else {}
+  fields = {f.name for f in dataclasses.fields(ElasticParams)}
+  if set(e) - fields:
+    raise ValueError(f"curriculum.elastic has unknown fields {sorted(set(e) - fields)}")
+  elastic = ElasticParams(**e)
+  reward = c.get("bandit_reward", "progress")
+  if reward not in BANDIT_REWARDS:
+    raise ValueError(f"curriculum.bandit_reward must be one of {BANDIT_REWARDS}, got {reward!r}")
 
   geometries = c.geometries
   if not geometries or not len(geometries.keys()):
@@ -383,10 +415,11 @@ def spec_from_config(config: ml_collections.ConfigDict, sources: Sequence[str] =
       raise ValueError(f"geometry {n0!r} lasts {s1 - s0} steps (from {s0} to {n1!r} at {s1}), "
                        f"shorter than phase_min_steps = {lo}")
   share = {"andrea": share, "bandit_only": 0.0, "random_only": 1.0, "static": 0.0,
-           "exp3": 0.0}[strategy]
+           "exp3": 0.0, "elastic": 0.0}[strategy]
   return CurriculumSpec(
       sources=sources, geometry_names=tuple(names), starts=np.array(starts, np.int32),
       lowers=np.stack([r.lower for _, r, _ in entries]),
       uppers=np.stack([r.upper for _, r, _ in entries]),
       strategy_code=STRATEGIES.index(strategy), phase_min_steps=lo, phase_max_steps=hi,
-      random_share=float(share), eta=float(eta), decision_lag=lag, bandit=bandit, exp3=exp3)
+      random_share=float(share), eta=float(eta), decision_lag=lag, bandit=bandit, exp3=exp3,
+      elastic=elastic, bandit_reward_code=BANDIT_REWARDS.index(reward))

@@ -20,6 +20,13 @@ weight vector ``w`` (a point of the region in force when it starts):
   changes once per phase, as every strategy's does (the decision lag lets the host build batches
   ahead, so no weight can change between a decision and its phase's start). Phases of 4 to 7 steps
   (``phase_min_steps = 4, phase_max_steps = 7``) come closest to ODM's per-step updates.
+* strategy ``"elastic"``: shares in proportion to each source's log-time learning rate, part of
+  them kept uniform (:mod:`andrea_jax.curriculum.elastic`), projected onto the region; the fit is
+  updated at every step, the mixture set once per phase.
+
+``bandit_reward = "log_rate"`` makes bandit phases rank the sources by the elastic mixer's
+log-time learning rate instead of the UCB index of the per-token learning progress (sources whose
+rate is not known yet first); the walk is unchanged.
 
 The first phase (step 0) is the projection of the uniform mixture onto the first region.
 
@@ -58,14 +65,15 @@ import numpy as np
 
 from andrea_jax import bandit as bandit_lib
 from andrea_jax import simplex
+from andrea_jax.curriculum import elastic as elastic_lib
 from andrea_jax.curriculum import exp3 as exp3_lib
-from andrea_jax.curriculum.config import STRATEGIES, CurriculumSpec
+from andrea_jax.curriculum.config import BANDIT_REWARDS, STRATEGIES, CurriculumSpec
 
-KIND_RANDOM, KIND_BANDIT, KIND_FIXED, KIND_EXP3 = 0, 1, 2, 3
-"""Kinds: a uniform jump, a step toward the UCB vertex, a fixed point (first phase, static), and
-an EXP3 distribution."""
+KIND_RANDOM, KIND_BANDIT, KIND_FIXED, KIND_EXP3, KIND_ELASTIC = 0, 1, 2, 3, 4
+"""Kinds: a uniform jump, a step toward the UCB vertex, a fixed point (first phase, static), an
+EXP3 distribution and an elastic mixture."""
 
-KIND_NAMES = ("random", "bandit", "fixed", "exp3")
+KIND_NAMES = ("random", "bandit", "fixed", "exp3", "elastic")
 
 # Random tie-breaking of equal UCB indices (e.g. before any observation): far below any real gap.
 _TIE_NOISE = 1e-6
@@ -100,6 +108,7 @@ class CurriculumState:
     rejected: ``[S]`` bool, exclusions refused because the region would have become empty.
     bandit: the bandit's statistics.
     exp3: the EXP3 mixer's statistics (kept by every strategy: O(S) per step).
+    elastic: the elastic mixer's log-time fit (kept by every strategy: O(S) per step).
   """
   step: jax.Array
   weights: jax.Array
@@ -113,6 +122,7 @@ class CurriculumState:
   rejected: jax.Array
   bandit: bandit_lib.BanditState
   exp3: exp3_lib.Exp3State
+  elastic: elastic_lib.ElasticState
 
 
 def _tables(spec: CurriculumSpec):
@@ -183,7 +193,7 @@ def init(spec: CurriculumSpec, key: jax.Array) -> CurriculumState:
       kinds=jnp.full((2,), KIND_FIXED, jnp.int32), geometries=jnp.zeros((2,), jnp.int32),
       phase_ids=jnp.zeros((2,), jnp.int32), next_start=length, key=key,
       excluded=jnp.zeros((num,), bool), rejected=jnp.zeros((num,), bool),
-      bandit=bandit_lib.init(num), exp3=exp3_lib.init(num))
+      bandit=bandit_lib.init(num), exp3=exp3_lib.init(num), elastic=elastic_lib.init(num))
 
 
 def _decide(spec: CurriculumSpec, state: CurriculumState) -> CurriculumState:
@@ -207,7 +217,8 @@ def _decide(spec: CurriculumSpec, state: CurriculumState) -> CurriculumState:
     return samples[0].astype(jnp.float32)
 
   def bandit_phase():
-    index_S = bandit_lib.ucb_index(spec.bandit, bandit)
+    index_S = jnp.where(spec.bandit_reward_code == BANDIT_REWARDS.index("log_rate"),
+                        _rate_scores(state.elastic), bandit_lib.ucb_index(spec.bandit, bandit))
     scores_S = index_S + _TIE_NOISE * jax.random.uniform(k_tie, index_S.shape, jnp.float32)
     vertex_S = simplex.greedy_vertex(scores_S, lower, upper)
     return ((1 - spec.eta) * here_S + spec.eta * vertex_S).astype(jnp.float32)
@@ -218,13 +229,17 @@ def _decide(spec: CurriculumSpec, state: CurriculumState) -> CurriculumState:
   def exp3_phase():
     return exp3_lib.distribution(spec.exp3, state.exp3, start + 1, upper > 0)
 
+  def elastic_phase():
+    return elastic_lib.distribution(spec.elastic, state.elastic, upper > 0)
+
   is_random = jax.random.uniform(k_kind) < spec.random_share
   code = spec.strategy_code
-  kind = jnp.where(code == STRATEGIES.index("static"), KIND_FIXED,
-                   jnp.where(code == STRATEGIES.index("exp3"), KIND_EXP3,
-                             jnp.where(is_random, KIND_RANDOM, KIND_BANDIT))).astype(jnp.int32)
+  kind = jnp.select(
+      [code == STRATEGIES.index("static"), code == STRATEGIES.index("exp3"),
+       code == STRATEGIES.index("elastic"), is_random],
+      [KIND_FIXED, KIND_EXP3, KIND_ELASTIC, KIND_RANDOM], KIND_BANDIT).astype(jnp.int32)
   # Branch order follows the KIND_* codes; only the chosen branch runs.
-  w_S = jax.lax.switch(kind, (random_phase, bandit_phase, fixed_phase, exp3_phase))
+  w_S = jax.lax.switch(kind, (random_phase, bandit_phase, fixed_phase, exp3_phase, elastic_phase))
   # One last exact projection: the floors and zeros hold exactly after float32 rounding.
   w_S = simplex.project(w_S, lower, upper)
 
@@ -235,6 +250,15 @@ def _decide(spec: CurriculumSpec, state: CurriculumState) -> CurriculumState:
       phase_ids=shift(state.phase_ids, phase),
       next_start=start + _phase_length(spec, k_len, start),
       rejected=rejected, bandit=bandit)
+
+
+def _rate_scores(state: elastic_lib.ElasticState) -> jax.Array:
+  """Bandit scores from the log-time learning rates: the rate where known, above every known rate
+  where not (an unknown source is explored first, like the UCB index's optimism)."""
+  r_S = elastic_lib.rates(state)
+  known = elastic_lib.known(state)
+  top = jnp.max(jnp.where(known, r_S, 0.0))
+  return jnp.where(known, r_S, jnp.abs(top) + 1.0)
 
 
 def update(spec: CurriculumSpec, state: CurriculumState, step: jax.Array, losses: jax.Array,
@@ -257,7 +281,9 @@ def update(spec: CurriculumSpec, state: CurriculumState, step: jax.Array, losses
   # The weights this step's batch was drawn from: the schedule before this update covers ``step``.
   used_S = lookup(schedule(state), step)
   state = state.replace(step=step, bandit=bandit_lib.observe(state.bandit, losses, tokens),
-                        exp3=exp3_lib.observe(spec.exp3, state.exp3, losses, tokens, used_S))
+                        exp3=exp3_lib.observe(spec.exp3, state.exp3, losses, tokens, used_S),
+                        elastic=elastic_lib.observe(spec.elastic, state.elastic, step, losses,
+                                                    tokens))
   due = step >= state.next_start - spec.decision_lag - 1
   return jax.lax.cond(due, functools.partial(_decide, spec), lambda s: s, state)
 
@@ -312,12 +338,14 @@ def exclude(spec: CurriculumSpec, state: CurriculumState, mask: jax.Array) -> Cu
 def metrics(spec: CurriculumSpec, state: CurriculumState) -> dict[str, jax.Array]:
   """Small arrays for logging, about the phase of ``state.step``. Jittable.
 
-  Keys: ``phase`` (number), ``phase_kind`` (0 random, 1 bandit, 2 fixed, 3 exp3), ``geometry``
+  Keys: ``phase`` (number), ``phase_kind`` (0 random, 1 bandit, 2 fixed, 3 exp3, 4 elastic),
+  ``geometry``
   (index into ``spec.geometry_names``), ``phase_start``, ``next_decision`` (step of the next
   decision), ``weights`` ``[S]``, ``ucb`` ``[S]`` (bandit indices), ``bandit_mean`` ``[S]``
   (reward with the prior), ``bandit_count`` ``[S]``, ``reward`` ``[S]`` (rescaled progress),
   ``progress`` ``[S]`` (discounted learning progress, nats per token), ``reward_scale``,
-  ``exp3_score`` ``[S]`` (EXP3's cumulative reward score ``g``), ``excluded`` and ``rejected``
+  ``exp3_score`` ``[S]`` (EXP3's cumulative reward score ``g``), ``log_rate`` ``[S]`` (the
+  elastic mixer's log-time learning rate, NaN while unknown), ``excluded`` and ``rejected``
   ``[S]`` (int32).
   """
   slot = (state.step >= state.starts[1]).astype(jnp.int32)
@@ -336,6 +364,7 @@ def metrics(spec: CurriculumSpec, state: CurriculumState) -> dict[str, jax.Array
       "progress": bandit_lib.estimates(b),
       "reward_scale": bandit_lib.reward_scale(b),
       "exp3_score": exp3_lib.scores(state.exp3, jnp.ones_like(state.excluded)),
+      "log_rate": elastic_lib.rates(state.elastic),
       "excluded": state.excluded.astype(jnp.int32),
       "rejected": state.rejected.astype(jnp.int32),
   }

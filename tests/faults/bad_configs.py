@@ -21,7 +21,7 @@ from typing import Any
 
 import hypothesis.strategies as st
 
-from andrea_jax.curriculum import STRATEGIES
+from andrea_jax.curriculum import BANDIT_REWARDS, STRATEGIES
 
 NON_FINITE = st.sampled_from([math.nan, math.inf, -math.inf])
 # Values of the wrong type for an int field (floats, even integral ones, are not ints).
@@ -242,6 +242,12 @@ def breakages() -> st.SearchStrategy[Breakage]:
       _float_field("curriculum.bandit.reward_knee", 0, math.inf, low_open=True),
       _float_field("curriculum.bandit.pivot_discount", 0, 1),
       _one("unknown name", "curriculum.bandit.discont", st.floats(0, 1), expect="discont"),
+      _enum_field("curriculum.bandit_reward", BANDIT_REWARDS),
+      _float_field("curriculum.elastic.uniform_mix", 0, 1),
+      _int_field("curriculum.elastic.burn_in", 0),
+      _float_field("curriculum.elastic.forget", 0, math.inf),
+      _float_field("curriculum.exp3.smoothing", 0, 1, high_open=True),
+      _float_field("curriculum.exp3.lr_scale", 0, math.inf),
       # cliff
       _int_field("cliff.window", 10),   # below min_source_history = 10 is invalid too
       _int_field("cliff.warmup", 0),
