@@ -41,6 +41,10 @@ and reused (``--remeasure`` to measure again).
 ``TUNING_SEED`` and picks each strategy's setting on the *training* split: the equal-weight mean
 over sources of their training loss over the last 10% of steps. Write the picks into ``SELECTED``.
 
+``--fit-elasticity``: instead of the report, fit each source's data elasticity on the training
+losses of the ``--arms`` runs (:func:`fit_elasticity`) and print the mixture it implies, the
+``FITTED_ELASTICITY`` behind the ``static_fitted`` probe.
+
 ``--quick``: a trivially small setting (80 steps of a 1-layer model, two seeds) to check the
 machinery in a minute.
 """
@@ -63,7 +67,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
   sys.path.insert(0, REPO)
 
-DEFAULT_ARMS = ("uniform", "static", "andrea", "bandit_only", "random_only", "exp3")
+DEFAULT_ARMS = ("uniform", "static", "andrea", "bandit_only", "random_only", "exp3", "elastic",
+                "elastic_andrea")
 BASELINE = "uniform"
 OVERHEAD_REFERENCE = "static"
 
@@ -393,6 +398,53 @@ def recency(runs: dict, sources: Sequence[str], exclude: str = "extra-06") -> di
   return out
 
 
+def late_train_loss(points: Sequence, num_steps: int, last_fraction: float = 0.1) -> float:
+  """Mean of the logged training losses ``[(step, loss)]`` over the last ``last_fraction`` of steps
+  (NaN if none)."""
+  late = [l for s, l in points if s >= num_steps * (1 - last_fraction)]
+  return float(np.mean(late)) if late else math.nan
+
+
+def fit_elasticity(runs: dict, sources: Sequence[str], num_steps: int,
+                   floor: float = 0.02) -> dict:
+  """Each source's data elasticity, fitted after the fact on the *training* losses of many runs.
+
+  Per source, over the non-baseline arms and seeds: its late training loss (last 10% of steps)
+  minus the same seed's ``uniform`` run's, regressed by least squares on ``ln(16 share)``, the log
+  of the share of the batches it got over the run: ``loss ~ c - b ln(16 share)``. Under a power
+  law in each source's tokens the equal-weight mean loss of a fixed mixture is smallest at shares
+  proportional to ``b``; ``mixture`` is ``max(b, floor)`` normalised.
+
+  Returns ``{"b": {source: b}, "r2": {source: R^2}, "points": n, "mixture": [S]}``.
+
+  Example: losses ``c_s - b_s ln(16 share_s)`` exactly give back ``b_s``.
+  """
+  base = runs[BASELINE]
+  b, r2, n = {}, {}, 0
+  for i, src in enumerate(sources):
+    xs, ys = [], []
+    for arm, by_seed in runs.items():
+      if arm == BASELINE:
+        continue
+      for seed, r in by_seed.items():
+        if seed not in base:
+          continue
+        share = r["shares"][i]
+        y = (late_train_loss(r["train_loss"][src], num_steps)
+             - late_train_loss(base[seed]["train_loss"][src], num_steps))
+        if share > 0 and np.isfinite(y):
+          xs.append(math.log(len(sources) * share))
+          ys.append(y)
+    a = np.stack([np.asarray(xs), np.ones(len(xs))], axis=1)
+    coef, *_ = np.linalg.lstsq(a, np.asarray(ys), rcond=None)
+    resid = np.asarray(ys) - a @ coef
+    b[src] = float(-coef[0])
+    r2[src] = float(1 - resid @ resid / max(np.sum((ys - np.mean(ys)) ** 2), 1e-300))
+    n = len(xs)
+  w = np.maximum(np.array([b[s] for s in sources]), floor)
+  return {"b": b, "r2": r2, "points": n, "mixture": (w / w.sum()).tolist()}
+
+
 def _fmt_steps(row: dict, num_steps: int) -> tuple[str, str]:
   n = len(row["steps_to_uniform_final"])
   if row["reached"] < n:
@@ -607,6 +659,9 @@ def main(argv: Sequence[str] | None = None, runner: Callable = train_runner) -> 
   parser.add_argument("--no-overhead", action="store_true", help="skip the step-time measurement")
   parser.add_argument("--remeasure", action="store_true",
                       help="measure the step times again, not reuse <out>/<name>_overhead.json")
+  parser.add_argument("--fit-elasticity", action="store_true",
+                      help="print the elasticities fitted on the --arms' training losses instead "
+                           "of a report (FITTED_ELASTICITY of experiments/compare_mixers.py)")
   parser.add_argument("--overhead-rounds", type=int, default=30)
   parser.add_argument("--overhead-steps", type=int, default=20)
   args = parser.parse_args(argv)
@@ -638,6 +693,15 @@ def main(argv: Sequence[str] | None = None, runner: Callable = train_runner) -> 
       runs[arm][seed] = dict(read_run(workdir, SOURCES), wall_s=wall)
       print(f"{arm:18s} seed {seed}: final mean held-out loss "
             f"{runs[arm][seed]['eval_mean'][-1]:.4f} ({wall:.0f} s)", flush=True)
+
+  if args.fit_elasticity:
+    fit = fit_elasticity(runs, SOURCES, args.num_steps)
+    rows = [["source", "b (nats per unit of ln share)", "R^2", "mixture share"]]
+    rows += [[s, f"{fit['b'][s]:+.3f}", f"{fit['r2'][s]:.2f}", f"{w:.3f}"]
+             for s, w in zip(SOURCES, fit["mixture"])]
+    print(f"\n{fit['points']} runs per source\n" + text_table(rows))
+    print("\nFITTED_ELASTICITY = (" + ", ".join(f"{w:.3f}" for w in fit["mixture"]) + ")")
+    return 0
 
   overhead = None
   overhead_path = os.path.join(args.out, f"{args.name}_overhead.json")

@@ -17,10 +17,16 @@ windows of every source):
   firehose, the v3 polish from 56%).
 * ``<strategy>_full`` (e.g. ``andrea_full``, ``exp3_full``): the same strategy on the full simplex
   for the whole run, like ``uniform``: the mixer without the geometries.
+* ``elastic`` and ``elastic_andrea``: the elastic mixer (:mod:`andrea_jax.curriculum.elastic`:
+  shares in proportion to each source's log-time learning rate, part kept uniform), on the full
+  simplex and under ANDREA's geometries.
 * the attempts the measurements suggested: ``andrea_floor``, ``bandit_only_floor`` (the full
   simplex with every source at 1/32 or more), ``andrea_floor_slow`` (and a bandit discount of
-  0.999), ``andrea_floor_eta03`` (eta 0.03); and an oracle's choice, ``uniform_noise_capped``
-  (uniform with the noise source ``extra-06`` capped at 1/32 by hand).
+  0.999), ``andrea_floor_eta03`` (eta 0.03), ``andrea_floor_random50`` (half the phases random),
+  ``andrea_floor_log_rate`` (bandit phases ranking sources by their log-time learning rate instead
+  of the per-token learning progress: the reward definition); an oracle's choice,
+  ``uniform_noise_capped`` (uniform with the noise source ``extra-06`` capped at 1/32 by hand);
+  and a probe fitted after the fact, ``static_fitted`` (:data:`FITTED_MIXTURE`).
 
 Hyper-parameters: each tunable arm had the same budget of three settings (:data:`TUNING`, the first
 one is the package default), tried at seed ``TUNING_SEED`` (never one of the reported seeds) and
@@ -74,7 +80,27 @@ ARMS = {
     # Not a strategy, an oracle's choice: the uniform mixture with the noise source capped at 1/32
     # (by hand, knowing it is noise). How much can moving weight away from it gain at all?
     "uniform_noise_capped": ("static", "noise_cap"),
+    # The share of random phases, the last knob the issue names (0 is bandit_only_floor, 0.25
+    # andrea_floor), and the reward: bandit phases ranking sources by their log-time learning rate.
+    "andrea_floor_random50": ("andrea", "floor", {"random_share": 0.5}),
+    "andrea_floor_log_rate": ("andrea", "floor", {"bandit_reward": "log_rate"}),
+    # The elastic mixer (shares in proportion to each source's log-time learning rate, half kept
+    # uniform), on the full simplex and under ANDREA's geometries.
+    "elastic": ("elastic", "full"),
+    "elastic_andrea": ("elastic", "andrea"),
+    # Not a strategy, a probe: one static mixture fitted after the fact (see FITTED_MIXTURE).
+    "static_fitted": ("static", "fitted"),
 }
+
+# A static mixture fitted after the fact, from the *training* losses of the full-simplex arms above
+# (seeds 0-2, the first comparison): per source, the late training loss minus uniform's regressed on
+# the log of the share the source got, ``loss ~ c - b log share``; the mixture is half ``b / sum b``
+# and half uniform. Source order of ``andrea_jax.sources.SOURCES``. It answers: is there a mixture
+# that beats uniform on this testbed at all, and by how much?
+FITTED_ELASTICITY = (0.033, 0.030, 0.066, 0.039, 0.073, 0.039, 0.064, 0.095, 0.014, 0.171, 0.022,
+                     0.022, 0.194, 0.043, 0.074, 0.020)
+FITTED_MIXTURE = tuple(0.5 * b / sum(FITTED_ELASTICITY) + 0.5 / len(SOURCES)
+                       for b in FITTED_ELASTICITY)
 
 # The tuning budget: three settings per strategy with knobs (overrides of the curriculum section),
 # the package default first. random_only has no mixer knob; static and uniform none at all.
@@ -82,22 +108,26 @@ TUNING = {
     "andrea": ({}, {"random_share": 0.5}, {"eta": 0.1}),
     "bandit_only": ({}, {"eta": 0.1}, {"bandit.discount": 0.98}),
     "exp3": ({}, {"exp3.lr_scale": 0.1}, {"exp3.lr_scale": 0.01}),
+    "elastic": ({}, {"elastic.uniform_mix": 0.75}, {"elastic.burn_in": 200}),
 }
 
 # The settings picked by `bench/compare_mixers.py --tune` (see the module docstring; signal at seed
-# 100: andrea 2.406 / 2.281 / 2.214, bandit_only 2.480 / 2.201 / 2.423, exp3 2.360 / 2.253 / 2.139
-# for the three settings above, in order); the _full arms take their strategy's pick.
+# 100: andrea 2.406 / 2.281 / 2.214, bandit_only 2.480 / 2.201 / 2.423, exp3 2.360 / 2.253 / 2.139,
+# elastic 1.9952 / 1.9949 / 1.9964 for the three settings above, in order); the _full arms take
+# their strategy's pick.
 SELECTED = {
     "andrea": {"eta": 0.1},
     "bandit_only": {"eta": 0.1},
     "exp3": {"exp3.lr_scale": 0.01},
+    "elastic": {"elastic.uniform_mix": 0.75},
 }
 
 
 def geometries(kind: str, num_steps: int = NUM_STEPS) -> ml_collections.ConfigDict:
   """``"andrea"``: the three regimes scaled to ``num_steps``; ``"full"``: the full simplex;
   ``"floor"``: the full simplex with every source at 1/32 or more; ``"noise_cap"``: the full
-  simplex with the noise source ``extra-06`` at 1/32 or less."""
+  simplex with the noise source ``extra-06`` at 1/32 or less; ``"fitted"``: (nearly) the single
+  point :data:`FITTED_MIXTURE`."""
   if kind == "andrea":
     return andrea_geometries(num_steps, scale=num_steps / 200_000)
   g = ml_collections.ConfigDict()
@@ -107,8 +137,11 @@ def geometries(kind: str, num_steps: int = NUM_STEPS) -> ml_collections.ConfigDi
     g.floor = geometry("floor", 0, floors={s: 1 / 32 for s in SOURCES})
   elif kind == "noise_cap":
     g.noise_cap = geometry("noise_cap", 0, ceilings={"extra-06": 1 / 32})
+  elif kind == "fitted":
+    # Floors at 0.999 of the mixture: the region is (nearly) that one point.
+    g.fitted = geometry("fitted", 0, floors={s: 0.999 * w for s, w in zip(SOURCES, FITTED_MIXTURE)})
   else:
-    raise ValueError(f"geometry kind must be andrea, full, floor or noise_cap, got {kind!r}")
+    raise ValueError(f"geometry kind must be andrea, full, floor, noise_cap or fitted, got {kind!r}")
   return g
 
 

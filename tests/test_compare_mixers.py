@@ -158,3 +158,44 @@ def test_progress_snr_and_recency():
   # Over the whole run the shares rank (0.3, 0.2, 0.25) against (+0.2, 0, -0.2): ranks (3, 1, 2)
   # and (3, 2, 1), Spearman 1 - 6 * (0 + 1 + 1) / (3 * 8) = 0.5.
   assert rec["shares"]["spearman"] == pytest.approx(0.5)
+
+
+def test_every_arm_is_a_valid_run_config():
+  """Each arm of experiments/compare_mixers.py validates; the fitted probe's mixture is half the
+  normalised fitted elasticities and half uniform, to 0.001 (worked out from the listed numbers)."""
+  import jax
+  from andrea_jax import curriculum, runconfig
+  exp = bench.load_experiment()
+  for arm in exp.ARMS:
+    run = runconfig.build(exp.arm_config(arm))
+    assert run.curriculum_spec.strategy == exp.ARMS[arm][0]
+  spec = runconfig.build(exp.arm_config("static_fitted")).curriculum_spec
+  w = curriculum.weights_at(curriculum.schedule(curriculum.init(spec, jax.random.key(0))), 0)
+  b = np.array(exp.FITTED_ELASTICITY)
+  m = 0.5 * b / b.sum() + 0.5 / 16
+  # The region is {w >= 0.999 m}: the 0.001 left over goes where the projection of uniform puts it.
+  assert np.all(w >= 0.999 * m - 1e-7) and np.abs(w - m).sum() <= 2e-3
+  assert exp.arm_settings("andrea_floor_log_rate")["bandit_reward"] == "log_rate"
+
+
+def test_fit_elasticity_recovers_a_power_law():
+  """Late training losses ``c_s - b_s ln(16 share_s)`` (and uniform's ``c_s``) exactly: the fit
+  returns ``b_s``, and the mixture is ``max(b, 0.02)`` normalised (worked out here)."""
+  srcs = ["a", "b", "c"]
+  b = np.array([0.3, 0.1, -0.05])               # the last one would get less than the floor
+  c = np.array([2.0, 1.5, 4.0])
+  rng = np.random.default_rng(1)
+
+  def run(shares):
+    loss = c - b * np.log(3 * np.asarray(shares))
+    return {"shares": np.asarray(shares),
+            "train_loss": {s: [(10, 9.0), (95, float(l)), (99, float(l))]
+                           for s, l in zip(srcs, loss)}}
+  runs = {"uniform": {0: run([1 / 3] * 3), 1: run([1 / 3] * 3)}}
+  for k in range(4):
+    runs[f"arm{k}"] = {seed: run(rng.dirichlet([2.0] * 3)) for seed in (0, 1)}
+  fit = bench.fit_elasticity(runs, srcs, num_steps=100)
+  assert fit["points"] == 8
+  np.testing.assert_allclose([fit["b"][s] for s in srcs], b, atol=1e-9)
+  np.testing.assert_allclose([fit["r2"][s] for s in srcs], 1.0, atol=1e-9)
+  np.testing.assert_allclose(fit["mixture"], np.array([0.3, 0.1, 0.02]) / 0.42)
