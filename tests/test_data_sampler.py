@@ -105,6 +105,43 @@ def test_allocate_names_the_source_and_checks_batch_size():
   with pytest.raises(ValueError, match="batch_size"):
     allocate(np.ones(2) / 2, 0)
   assert np.allclose(allocate(np.array([0.5 + 4e-6, 0.5]), 4), [2, 2])  # within tolerance
+  with pytest.raises(ValueError, match=r"offset must be in \[0, 1\), got 1.0"):
+    allocate(np.ones(2) / 2, 4, offset=1.0)
+
+
+def test_systematic_allocation_worked_examples():
+  # Quotas 3, 1.5, 1.5: one leftover row; the fractions 0.5, 0.5 laid end to end as [0, 0.5) and
+  # [0.5, 1): the point u goes to the first for u < 0.5, to the second from 0.5 on.
+  w = np.array([0.5, 0.25, 0.25, 0.0])
+  assert allocate(w, 6, offset=0.2).tolist() == [3, 2, 1, 0]
+  assert allocate(w, 6, offset=0.7).tolist() == [3, 1, 2, 0]
+  # order_S puts source 2 first: now it holds [0, 0.5).
+  assert allocate(w, 6, offset=0.2, order_S=np.array([3, 2, 1, 0])).tolist() == [3, 1, 2, 0]
+  # Quotas 0.7, 2.1, 0.2 (fractions 0.7, 0.1, 0.2 in index order, one row left): segments
+  # [0, 0.7), [0.7, 0.8), [0.8, 1).
+  w = np.array([0.7, 2.1, 0.2]) / 3
+  assert [allocate(w, 3, offset=u).tolist() for u in (0.1, 0.75, 0.9)] == [
+      [1, 2, 0], [0, 3, 0], [0, 2, 1]]
+  # Whole quotas (1/16 of 32 rows, with float noise) never move, whatever the offset.
+  for u in (0.0, 0.3, 0.999999):
+    assert allocate(np.full(16, 1 / 16), 32, offset=u).tolist() == [2] * 16
+
+
+@hypothesis.given(st.lists(st.integers(0, 1000), min_size=1, max_size=16).filter(any),
+                  st.integers(1, 200), st.randoms(use_true_random=False))
+@hypothesis.settings(max_examples=60, deadline=None)
+def test_systematic_allocation_is_unbiased(raw, batch_size, rnd):
+  """Over a grid of N offsets, a segment of length f holds a point for a fraction of them within
+  1/N of f: the mean count is the quota ``w G`` to 1/N (floor or ceil every time)."""
+  w = np.array(raw, np.float64) / sum(raw)
+  order = np.array(rnd.sample(range(len(raw)), len(raw)))
+  n = 400
+  counts = np.array([allocate(w, batch_size, offset=(i + 0.5) / n, order_S=order)
+                     for i in range(n)])
+  quota = w * batch_size
+  assert np.all(counts.sum(axis=1) == batch_size)
+  assert np.all(np.abs(counts - quota) < 1 + 1e-9) and np.all(counts[:, w == 0] == 0)
+  np.testing.assert_allclose(counts.mean(axis=0), quota, atol=1 / n + 1e-6)
 
 
 def test_realised_shares():
@@ -142,24 +179,27 @@ def test_exact_counts_for_many_mixtures(data):
   for step in range(20):
     w = rng.dirichlet(np.full(16, 0.3))
     counts = np.bincount(sampler.batch(step, w)["source_ids"], minlength=16)
-    np.testing.assert_array_equal(counts, allocate(w, 40))
+    np.testing.assert_array_equal(counts, sampler.counts(w, step))
+    assert np.all(np.abs(counts - 40 * w) < 1)
 
 
-def test_tied_small_weights_rotate_their_rows_over_steps(data):
-  # The polish region at a 32-row batch: hermes3-general 0.7, 13 sources at 0.3/13 (0.738 rows
-  # each), 2 excluded. Largest remainder gives hermes3-general 22 rows and 10 leftover rows to 10
-  # of the 13 tied sources; by symmetry each tied source must get 10/13 rows on average, not the
-  # same 10 sources every step.
+def test_batches_realise_the_mixture_on_average_over_steps(data):
+  # The polish region at a 32-row batch: hermes3-general 0.7 (22.4 rows), 13 sources at 0.3/13
+  # (0.738 rows each), 2 excluded. Largest remainder would give 22 rows and the 10 leftover rows
+  # to the same 10 of the 13 tied sources every step; the sampler's counts must average the quotas
+  # themselves over the steps.
   w = np.zeros(16)
   w[0] = 0.7
   tied = [i for i in range(1, 16) if i not in (8, 9)]
   w[tied] = 0.3 / 13
   sampler = MixtureSampler(data, seq_len=SEQ, global_batch_size=32, seed=0)
-  counts = np.array([sampler.counts(w, step) for step in range(400)])
-  assert (counts[:, 0] == 22).all() and (counts[:, [8, 9]] == 0).all()
-  assert (counts[:, tied].sum(axis=1) == 10).all() and set(np.unique(counts[:, tied])) == {0, 1}
-  np.testing.assert_allclose(counts[:, tied].mean(axis=0), 10 / 13, atol=0.08)
-  # Without a step the order is by index: the last three tied sources get nothing.
+  counts = np.array([sampler.counts(w, step) for step in range(2000)])
+  assert (counts.sum(axis=1) == 32).all() and (counts[:, [8, 9]] == 0).all()
+  assert set(np.unique(counts[:, 0])) == {22, 23} and set(np.unique(counts[:, tied])) == {0, 1}
+  # Binomial standard error of a mean of 2000 Bernoulli(0.4) draws: 0.011; allow 4 of them.
+  np.testing.assert_allclose(counts[:, 0].mean(), 22.4, atol=0.045)
+  np.testing.assert_allclose(counts[:, tied].mean(axis=0), 0.3 / 13 * 32, atol=0.04)
+  # Without a step, largest remainder by index: 22 rows, and the last three tied sources get none.
   np.testing.assert_array_equal(sampler.counts(w)[tied], [1] * 10 + [0] * 3)
   batch = sampler.batch(7, w)
   np.testing.assert_array_equal(np.bincount(batch["source_ids"], minlength=16), counts[7])

@@ -1,4 +1,4 @@
-"""The mixture sampler: stateless, exactly proportioned batches of packed windows from 16 sources.
+"""The mixture sampler: stateless, unbiasedly proportioned batches of packed windows from 16 sources.
 
 A global batch of ``G`` rows for mixture ``w`` is laid out source by source, in source order:
 ``allocate(w, G)`` rows of source 0, then of source 1, ... Each row is a window of ``T + 1``
@@ -32,32 +32,47 @@ def _source_name(i: int, sources: tuple[str, ...] | None) -> str:
 
 
 def allocate(weights_S: np.ndarray, batch_size: int,
-             sources: tuple[str, ...] | None = None, *,
-             tie_break_S: np.ndarray | None = None) -> np.ndarray:
-  """Rows per source that realise the weights exactly, by largest remainder.
+             sources: tuple[str, ...] | None = None, *, offset: float | None = None,
+             order_S: np.ndarray | None = None) -> np.ndarray:
+  """Rows per source for mixture ``w`` in a batch of ``G`` rows: ``floor(w_s G)`` or one more.
 
-  ``counts_s = floor(w_s G) + 1`` for the ``G - sum floor(w G)`` sources with the largest fractional
-  parts; sources with weight 0 get 0 rows. Fractional parts equal to 1e-6 of a row are ties, broken
-  by ``tie_break_S`` (lower first) or else by the lower source index. The sampler passes a fresh
-  pseudo-random order each step, so that many small equal weights (say 13 sources at 0.023 in a
-  32-row batch, 0.74 rows each) rotate their rows instead of starving the same sources every step.
+  Every source gets ``floor(w_s G)`` rows; the ``R = G - sum floor(w G)`` leftover rows go to
+  sources with a fractional part ``f_s = w_s G - floor(w_s G) > 0``:
+
+  * ``offset=None``: by largest remainder (the ``R`` largest ``f_s``; ties, fractions equal to
+    1e-6 of a row, by ``order_S`` then by index): deterministic, and biased: a mixture held for
+    many steps is realised as the same rounded counts every step.
+  * ``offset=u`` in ``[0, 1)``: by systematic sampling: the fractions laid end to end (in the
+    order of ``order_S``, lower first, else by index), a row to each source whose segment holds one
+    of the points ``u, u + 1, ..., u + R - 1``. A source gets its extra row for a fraction ``f_s``
+    of the offsets, so with ``u`` uniform its expected count is exactly ``w_s G``: over the steps of
+    a phase the batches realise the mixture itself, not its rounding. The sampler draws ``u`` and
+    the order from ``(seed, step)``.
+
+  Quotas within 1e-6 of a row of a whole number count as that number, so float noise never moves a
+  row (``1/16`` of 32 rows is exactly 2).
 
   Args:
     weights_S: ``[S]`` mixture weights, finite, ``>= 0``, summing to 1 within 1e-5.
     batch_size: ``G``, rows in the global batch.
     sources: names used in error messages.
-    tie_break_S: optional ``[S]`` priorities among tied remainders (lower first).
+    offset: ``u`` in ``[0, 1)`` for systematic sampling, or None for largest remainder.
+    order_S: optional ``[S]`` priorities (lower first) ordering the sources for either rule.
 
   Returns:
-    ``[S]`` int64 counts summing to ``batch_size``.
+    ``[S]`` int64 counts summing to ``batch_size``; a source of weight 0 gets 0.
 
   Example:
     >>> allocate(np.array([0.5, 0.25, 0.25, 0.0]), 6).tolist()   # 3, 1.5, 1.5, 0 -> tie to index 1
     [3, 2, 1, 0]
+    >>> allocate(np.array([0.5, 0.25, 0.25, 0.0]), 6, offset=0.7).tolist()  # points at 0.7
+    [3, 1, 2, 0]
   """
   if (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
       or batch_size < 1):
     raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+  if offset is not None and not 0 <= offset < 1:
+    raise ValueError(f"offset must be in [0, 1), got {offset!r}")
   w_S = np.asarray(weights_S, np.float64)
   if w_S.ndim != 1 or w_S.size == 0:
     raise ValueError(f"weights must be a non-empty 1-D vector, got shape {w_S.shape}")
@@ -71,15 +86,35 @@ def allocate(weights_S: np.ndarray, batch_size: int,
   total = float(w_S.sum())
   if abs(total - 1.0) > WEIGHT_TOLERANCE:
     raise ValueError(f"weights sum to {total:.8f}, not 1 (tolerance {WEIGHT_TOLERANCE})")
-  quota_S = w_S / total * batch_size
-  counts_S = np.floor(quota_S).astype(np.int64)
+  # Quotas in millionths of a row: float noise in equal weights must not decide anything.
+  quota_S = np.round(w_S / total * batch_size * 1e6)
+  counts_S = (quota_S // 1e6).astype(np.int64)
   remainder = int(batch_size - counts_S.sum())
   positive = np.flatnonzero(w_S > 0)
-  # Fractions quantised to 1e-6 of a row: float noise in equal weights must not decide ties.
-  frac_P = np.round((quota_S - counts_S)[positive] * 1e6)
-  tie_P = positive if tie_break_S is None else np.asarray(tie_break_S)[positive]
-  order = positive[np.lexsort((positive, tie_P, -frac_P))]  # largest fraction first, then ties
-  np.add.at(counts_S, order[np.arange(remainder) % order.size], 1)
+  frac_P = quota_S[positive] - counts_S[positive] * 1e6      # millionths, whole numbers
+  prio_P = positive if order_S is None else np.asarray(order_S)[positive]
+  if offset is None:
+    order = positive[np.lexsort((positive, prio_P, -frac_P))]  # largest fraction first, then ties
+    np.add.at(counts_S, order[np.arange(remainder) % order.size], 1)
+    return counts_S
+  order = np.lexsort((positive, prio_P))
+  ends = np.cumsum(frac_P[order])
+  if remainder <= 0 or ends[-1] <= 0:
+    return counts_S
+  # Scale the segments to exactly R rows (their sum is R up to the rounding to millionths).
+  ends = ends * (remainder / ends[-1])
+  ends[-1] = remainder
+  starts = np.concatenate([[0.0], ends[:-1]])
+  # Points u + m (m = 0 .. R - 1) in [start, end): ceil(end - u) - ceil(start - u); the sum
+  # telescopes to exactly R. A segment stretched past one row by the rescaling (a fraction within
+  # millionths of a row of 1) could hold two points: its second row goes to the largest fraction
+  # left without one.
+  extra = np.clip(np.ceil(ends - offset) - np.ceil(starts - offset), 0, 1).astype(np.int64)
+  short = remainder - int(extra.sum())
+  if short > 0:
+    left = np.flatnonzero(extra == 0)
+    extra[left[np.argsort(-frac_P[order][left], kind="stable")[:short]]] = 1
+  np.add.at(counts_S, positive[order], extra)
   return counts_S
 
 
@@ -200,14 +235,18 @@ class MixtureSampler:
   def counts(self, weights_S: np.ndarray, step: int | None = None) -> np.ndarray:
     """``[S]`` rows per source of the global batch of ``step`` (:func:`allocate`).
 
-    Ties between equal remainders are broken in an order drawn from ``(seed, step)``: over the steps
-    of a phase each tied source gets its share of the leftover rows (``step=None``: by index).
+    The leftover rows are placed by systematic sampling with an offset and an order of the sources
+    drawn from ``(seed, step)``: each source gets ``floor(w G)`` or one more rows, ``w G`` on
+    average over the steps, and the same on every process. ``step=None``: by largest remainder.
     """
-    tie_break_S = None
-    if step is not None:
-      salt = np.uint64(0x7A11B4EA4) + np.arange(len(self.data.sources), dtype=np.uint64)
-      tie_break_S = hashing.splitmix64(np.uint64(hashing.hash_key(self._seed, step)) ^ salt)
-    return allocate(weights_S, self.global_batch_size, self.data.sources, tie_break_S=tie_break_S)
+    if step is None:
+      return allocate(weights_S, self.global_batch_size, self.data.sources)
+    key = np.uint64(hashing.hash_key(self._seed, step))
+    salt = np.uint64(0x7A11B4EA4) + np.arange(len(self.data.sources) + 1, dtype=np.uint64)
+    draws = hashing.splitmix64(key ^ salt)
+    offset = float(draws[-1] >> np.uint64(11)) * 2.0 ** -53             # uniform in [0, 1)
+    return allocate(weights_S, self.global_batch_size, self.data.sources, offset=offset,
+                    order_S=draws[:-1])
 
   def batch(self, step: int, weights_S: np.ndarray) -> dict[str, np.ndarray]:
     """This process's rows of the global batch of ``step`` for mixture ``weights_S``.
