@@ -205,7 +205,7 @@ class Checkpoints:
         leftover = os.path.join(self.directory, name, _SEAL_TMP)
         if name.isdigit() and os.path.isfile(leftover) and not os.path.islink(leftover):
           os.remove(leftover)
-      self._empty_deleting()
+      self._empty_deleting(remove=True)   # no manager yet: nothing can be renaming into it
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=True,
                                            cleanup_tmp_directories=True, create=True,
                                            todelete_subdir=_DELETING)
@@ -218,8 +218,29 @@ class Checkpoints:
   def all_steps(self) -> list[int]:
     return sorted(self._mngr.all_steps())
 
-  def _empty_deleting(self) -> None:
-    shutil.rmtree(os.path.join(self.directory, _DELETING), ignore_errors=True)
+  def _empty_deleting(self, *, remove: bool = False) -> None:
+    """Removes the steps orbax renamed into ``deleting/``; the directory itself only if ``remove``.
+
+    While the manager is open the directory must stay: orbax creates it, then renames a step into
+    it, from its own thread; removing it in between made that rename, and the run, fail.
+    """
+    root = os.path.join(self.directory, _DELETING)
+    if remove:
+      shutil.rmtree(root, ignore_errors=True)
+      return
+    try:
+      names = os.listdir(root)
+    except FileNotFoundError:
+      return
+    for name in names:
+      path = os.path.join(root, name)
+      if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+      else:
+        try:
+          os.remove(path)
+        except FileNotFoundError:
+          pass
 
   def save(self, step: int, state: Any, meta: dict) -> None:
     """Start an asynchronous save of ``state`` at ``step``; returns once the arrays are copied."""
@@ -298,6 +319,8 @@ class Checkpoints:
   def close(self) -> None:
     self.wait()
     self._mngr.close()
+    if self._primary:
+      self._empty_deleting(remove=True)   # the manager's threads are done
 
 
 def _check_arrays(mngr, step: int, abstract_state: Any, step_dir: str) -> None:

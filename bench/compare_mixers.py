@@ -646,7 +646,8 @@ def tune(exp, args, runner) -> int:
 
 def main(argv: Sequence[str] | None = None, runner: Callable = train_runner) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--out", required=True, help="directory for the runs, tables and JSON")
+  parser.add_argument("--out", default="runs/compare_mixers",
+                      help="directory for the runs, tables and JSON (default runs/compare_mixers)")
   parser.add_argument("--figure", default=None, help="PNG path (default <out>/<name>.png)")
   parser.add_argument("--arms", default=",".join(DEFAULT_ARMS),
                       help="comma-separated arms of experiments/compare_mixers.py (uniform first)")

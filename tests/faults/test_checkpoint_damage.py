@@ -133,3 +133,23 @@ def test_steps_past_keep_go_through_a_rename_and_leftovers_are_emptied(tmp_path)
   ckpts, (step, state, _), messages = _restore(directory)
   ckpts.close()
   assert step == 4 and messages == [] and sorted(os.listdir(directory)) == ["3", "4"]
+
+
+def test_emptying_deleting_never_races_orbaxs_rename(tmp_path):
+  """Orbax moves a step past keep-N with ``mkdir(deleting)`` then ``rename(step, deleting/step)``,
+  from its own thread; our sealer thread empties ``deleting/`` meanwhile. The interleaving that
+  crashed a training run under load: the directory removed between the two. Emptying must keep it,
+  and remove only what orbax already moved there."""
+  directory = tmp_path / "checkpoints"
+  ckpts = ckpt_lib.Checkpoints(str(directory), keep=2)
+  moved = directory / "deleting" / "1"
+  moved.mkdir(parents=True)                       # a step orbax already renamed
+  (moved / "x").write_text("old")
+  (directory / "deleting" / "stray").write_text("a file")
+  step = directory / "7"
+  step.mkdir()
+  ckpts._empty_deleting()                         # between orbax's mkdir and its rename
+  assert os.listdir(directory / "deleting") == []
+  os.replace(step, directory / "deleting" / "7")  # orbax's rename still finds its directory
+  ckpts.close()
+  assert not (directory / "deleting").exists()    # gone once the manager is closed
