@@ -87,6 +87,23 @@ BONUS_MAX = 1e30
 (an exploration weight up to the largest float, ``n_min`` below float32's smallest number)."""
 
 
+def check_numbers(section: str, params, checks, integers: tuple[str, ...] = ()) -> None:
+  """Validates the numeric fields of a parameters dataclass; the error names ``section.field``.
+
+  ``checks`` holds ``(field, predicate, "what it must be")``; a bool, a non-number (a non-int for
+  the fields in ``integers``), a NaN or an infinity is refused before the predicate is asked.
+  """
+  for name, ok, what in checks:
+    value = getattr(params, name)
+    kinds, kind = ((int,), "an int") if name in integers else ((int, float), "a number")
+    if isinstance(value, bool) or not isinstance(value, kinds):
+      raise TypeError(f"{section}.{name} must be {kind}, got {value!r}")
+    if not math.isfinite(value):
+      raise ValueError(f"{section}.{name} must be finite, got {value}")
+    if not ok(value):
+      raise ValueError(f"{section}.{name} must be {what}, got {value}")
+
+
 @jax.tree_util.register_pytree_node_class
 @dataclasses.dataclass(frozen=True)
 class BanditParams:
@@ -120,14 +137,7 @@ class BanditParams:
         ("reward_knee", lambda v: v > 0, "> 0"),
         ("pivot_discount", lambda v: 0 <= v <= 1, "in [0, 1]"),
     )
-    for name, ok, what in checks:
-      value = getattr(self, name)
-      if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"bandit.{name} must be a number, got {value!r}")
-      if not math.isfinite(value):
-        raise ValueError(f"bandit.{name} must be finite, got {value}")
-      if not ok(value):
-        raise ValueError(f"bandit.{name} must be {what}, got {value}")
+    check_numbers("bandit", self, checks)
 
   def tree_flatten(self):
     return tuple(getattr(self, f.name) for f in dataclasses.fields(self)), None

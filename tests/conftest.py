@@ -1,9 +1,18 @@
-"""Test-wide settings: strict rank promotion (catches silent broadcasting bugs) and a jit switch."""
+"""Test-wide settings: strict rank promotion (catches silent broadcasting bugs), a jit switch, and
+property tests that draw the same examples on every run (``HYPOTHESIS_PROFILE=explore`` draws new
+ones; ``python bench/faults.py`` runs the randomised campaigns)."""
 
+import os
+
+import hypothesis
 import jax
 import pytest
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
+
+hypothesis.settings.register_profile("repeatable", derandomize=True)
+hypothesis.settings.register_profile("explore", derandomize=False)
+hypothesis.settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
 @pytest.fixture(params=["eager", "jit"])

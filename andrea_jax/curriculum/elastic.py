@@ -55,13 +55,12 @@ are none and above 1e12 are clipped.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 
-from andrea_jax.bandit import LOSS_CLIP, TOKENS_RANGE
+from andrea_jax.bandit import LOSS_CLIP, TOKENS_RANGE, check_numbers
 
 # Below this ``C_xx`` (squared log-steps times tokens) the rate is unknown: one distinct step.
 _CXX_MIN = 1e-12
@@ -87,15 +86,7 @@ class ElasticParams:
     checks = (("uniform_mix", lambda v: 0 <= v <= 1, "in [0, 1]"),
               ("burn_in", lambda v: v >= 0, ">= 0"),
               ("forget", lambda v: v >= 0, ">= 0"))
-    for name, ok, what in checks:
-      value = getattr(self, name)
-      kinds, kind = ((int,), "an int") if name == "burn_in" else ((int, float), "a number")
-      if isinstance(value, bool) or not isinstance(value, kinds):
-        raise TypeError(f"elastic.{name} must be {kind}, got {value!r}")
-      if not math.isfinite(value):
-        raise ValueError(f"elastic.{name} must be finite, got {value}")
-      if not ok(value):
-        raise ValueError(f"elastic.{name} must be {what}, got {value}")
+    check_numbers("elastic", self, checks, integers=("burn_in",))
 
   def tree_flatten(self):
     return (self.uniform_mix, self.burn_in, self.forget), None

@@ -52,13 +52,12 @@ are none, and the softmax subtracts its maximum.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 
-from andrea_jax.bandit import LOSS_CLIP, TOKENS_RANGE
+from andrea_jax.bandit import LOSS_CLIP, TOKENS_RANGE, check_numbers
 
 
 @jax.tree_util.register_pytree_node_class
@@ -77,14 +76,7 @@ class Exp3Params:
   def __post_init__(self):
     checks = (("smoothing", lambda v: 0 <= v < 1, "in [0, 1)"),
               ("lr_scale", lambda v: v >= 0, ">= 0"))
-    for name, ok, what in checks:
-      value = getattr(self, name)
-      if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"exp3.{name} must be a number, got {value!r}")
-      if not math.isfinite(value):
-        raise ValueError(f"exp3.{name} must be finite, got {value}")
-      if not ok(value):
-        raise ValueError(f"exp3.{name} must be {what}, got {value}")
+    check_numbers("exp3", self, checks)
 
   def tree_flatten(self):
     return (self.smoothing, self.lr_scale), None
