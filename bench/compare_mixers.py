@@ -1,8 +1,8 @@
 r"""Does the curriculum help? Every mixing strategy trained side by side, scored on held-out loss.
 
-    .venv/bin/python bench/compare_mixers.py --out runs/compare_mixers \
+    .venv/bin/python bench/compare_mixers.py [--out runs/compare_mixers] \
         [--figure bench/figures/compare_mixers.png] [--arms uniform,static,andrea,...] \
-        [--seeds 0,1,2] [--tune] [--quick]
+        [--seeds 0,1,2] [--tune] [--fit-elasticity] [--quick]
 
 Each arm of ``experiments/compare_mixers.py`` (a strategy and a geometry schedule, with the
 hyper-parameters picked by ``--tune``) is trained with :func:`andrea_jax.train.train_and_evaluate`
@@ -561,8 +561,9 @@ def plot(runs: dict, summary: dict, sources: Sequence[str], path: str, title: st
     steps = by_seed[seeds[0]]["eval_steps"]
     curves = np.stack([by_seed[s]["eval_mean"] for s in seeds])
     mean = curves.mean(axis=0)
+    # Past ten arms the colours repeat: the second round is dashed, the third dotted.
     style = {"linewidth": 2.4 if arm == BASELINE else 1.4, "color": "black" if arm == BASELINE
-             else colors(i % 10)}
+             else colors(i % 10), "linestyle": ("-", "--", ":")[(i // 10) % 3]}
     ax.plot(steps, mean, label=f"{arm} ({len(seeds)} seeds)", **style)
     ax.fill_between(steps, curves.min(axis=0), curves.max(axis=0), alpha=0.15,
                     color=style["color"])
