@@ -1,7 +1,9 @@
 """The mixture sampler: stateless, unbiasedly proportioned batches of packed windows from 16 sources.
 
 A global batch of ``G`` rows for mixture ``w`` is laid out source by source, in source order:
-``allocate(w, G)`` rows of source 0, then of source 1, ... Each row is a window of ``T + 1``
+``counts(w, step)`` rows of source 0, then of source 1, ... (``floor(w_s G)`` or one more, ``w_s
+G`` on average over the steps: :func:`allocate` with an offset drawn from ``(seed, step)``). Each
+row is a window of ``T + 1``
 consecutive tokens of its source's training split, starting at a position drawn from a counter-based
 hash (splitmix64) of ``(seed, step, source, row within the source)``. A batch is therefore a
 pure function of ``(seed, step, w)``: resuming at step ``t`` needs no iterator state, and process
