@@ -125,6 +125,12 @@ def test_systematic_allocation_worked_examples():
   # Whole quotas (1/16 of 32 rows, with float noise) never move, whatever the offset.
   for u in (0.0, 0.3, 0.999999):
     assert allocate(np.full(16, 1 / 16), 32, offset=u).tolist() == [2] * 16
+  # Quotas 0.999999, ten of 4e-7 (0 in millionths of a row) and 0.999997 rows: the fractions sum to
+  # 1.999996 for R = 2 rows, so rescaled the first segment is [0, 1.000001) and at u = 0 holds both
+  # points 0 and 1. A source never gets more than its ceiling, 1 row: the second row goes to the
+  # largest fraction without one, the last source.
+  q = np.array([0.999999] + [4e-7] * 10 + [0.999997])
+  assert allocate(q / 2, 2, offset=0.0).tolist() == [1] + [0] * 10 + [1]
 
 
 @hypothesis.given(st.lists(st.integers(0, 1000), min_size=1, max_size=16).filter(any),

@@ -23,8 +23,9 @@ and its importance-weighted reward for the step
 Each row of a mixed batch is one EXP3 draw: ODM's estimate ``l / pi`` of the drawn arm, averaged
 over the ``N`` tokens of the step, is ``l_s (n_s / N) / pi_s``. When the rows are drawn i.i.d. from
 ``pi``, ``E[n_s / N] = pi_s`` and ``hat r_s`` is an unbiased estimate of ``tilde l_s``; with the
-exact-proportion sampler (:func:`andrea_jax.data.sampler.allocate`) ``n_s / N`` is ``pi_s`` up to
-the rounding to whole rows, and a source rounded up to one row is credited in proportion.
+project's sampler (:func:`andrea_jax.data.sampler.allocate`, systematic rounding to whole rows)
+``n_s / N`` is ``pi_s`` to within one row on every step and exactly on average, and a source rounded
+up to one row is credited in proportion.
 
 **Cumulative estimate** (classic EXP3; ODM's released code also accumulates): ``G_s <- G_s +
 hat r_s`` over the steps where ``s`` was allowed, counted by ``m_s``. A source that joins the region
