@@ -43,7 +43,9 @@ over sources of their training loss over the last 10% of steps. Write the picks 
 
 ``--fit-elasticity``: instead of the report, fit each source's data elasticity on the training
 losses of the ``--arms`` runs (:func:`fit_elasticity`) and print the mixture it implies, the
-``FITTED_ELASTICITY`` behind the ``static_fitted`` probe.
+``FITTED_ELASTICITY`` behind the ``static_fitted`` probe; then how well each single run's own
+estimate (:func:`within_run_elasticity`, from the run's share variation alone, as an online mixer
+would have to) agrees with that pooled fit.
 
 ``--quick``: a trivially small setting (80 steps of a 1-layer model, two seeds) to check the
 machinery in a minute.
@@ -93,14 +95,37 @@ def train_runner(config, workdir: str) -> None:
   train.train_and_evaluate(config, workdir)
 
 
+def config_diff(old, new, prefix: str = "") -> list[str]:
+  """The dotted paths at which two JSON-like configs differ (floats compared exactly). Only the
+  fields both have are compared: a field added to the config since ``old`` was written did not
+  exist for that run."""
+  if isinstance(old, dict) and isinstance(new, dict):
+    out = []
+    for key in sorted(set(old) & set(new)):
+      out += config_diff(old[key], new[key], f"{prefix}.{key}" if prefix else str(key))
+    return out
+  return [] if old == new else [prefix or "(root)"]
+
+
 def run_arm(config, workdir: str, runner: Callable = train_runner) -> float:
   """Runs (or reuses) one training run; returns its wall-clock seconds.
 
   A finished run leaves ``done.json`` with its time; the final checkpoint is deleted (unused here,
-  and the only large file).
+  and the only large file). A finished run is reused only if it was made with the same config (the
+  ``config.json`` the trainer wrote); otherwise a ``ValueError`` names the fields that differ,
+  rather than reporting an old run under a changed arm.
   """
   done = os.path.join(workdir, "done.json")
   if os.path.exists(done):
+    stored = os.path.join(workdir, "config.json")
+    if os.path.exists(stored):
+      with open(stored) as f:
+        old = json.load(f)
+      changed = config_diff(old, json.loads(config.to_json_best_effort(sort_keys=True)))
+      if changed:
+        raise ValueError(
+            f"{workdir} holds a finished run made with another config ({', '.join(changed[:5])}"
+            f"{', ...' if len(changed) > 5 else ''} differ); delete it or pass another --out")
     with open(done) as f:
       return float(json.load(f)["wall_s"])
   t0 = time.perf_counter()
@@ -118,10 +143,11 @@ def read_run(workdir: str, sources: Sequence[str]) -> dict:
   Returns ``eval_steps [E]``, ``eval_mean [E]``, ``eval_source {name: [E]}``, ``weights [S]`` (the
   mixture averaged over the logged steps), ``shares [S]`` (the shares of the batches' tokens each
   source really got: the sampler rounds the mixture to whole rows), ``late_weights``,
-  ``late_shares`` (the same over the last 10% of the logged steps) and ``train_loss {name:
-  [(step, loss)]}``.
+  ``late_shares`` (the same over the last 10% of the logged steps), ``train_loss {name:
+  [(step, loss)]}``, and the logged shares themselves: ``share_steps [T]``, ``share_series [T, S]``.
   """
   evals, weights, shares, train_loss = [], [], [], {s: [] for s in sources}
+  share_steps = []
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     for line in f:
       rec = json.loads(line)
@@ -130,6 +156,7 @@ def read_run(workdir: str, sources: Sequence[str]) -> dict:
       elif "loss" in rec and f"weight/{sources[0]}" in rec:
         weights.append([rec[f"weight/{s}"] for s in sources])
         shares.append([rec.get(f"share/{s}", math.nan) for s in sources])
+        share_steps.append(rec["step"])
         for s in sources:
           if f"loss/{s}" in rec:
             train_loss[s].append((rec["step"], rec[f"loss/{s}"]))
@@ -149,6 +176,8 @@ def read_run(workdir: str, sources: Sequence[str]) -> dict:
       "weights": average(weights), "late_weights": average(weights, late=True),
       "shares": average(shares), "late_shares": average(shares, late=True),
       "train_loss": train_loss,
+      "share_steps": np.array(share_steps, np.int64),
+      "share_series": np.array(shares, np.float64).reshape(len(shares), len(sources)),
   }
 
 
@@ -445,6 +474,62 @@ def fit_elasticity(runs: dict, sources: Sequence[str], num_steps: int,
   return {"b": b, "r2": r2, "points": n, "mixture": (w / w.sum()).tolist()}
 
 
+def within_run_elasticity(run: dict, sources: Sequence[str], start: int = 150,
+                          memory: float = 100.0) -> np.ndarray:
+  """Each source's elasticity estimated from ONE run: what an online mixer could know.
+
+  Per source, its logged training losses from step ``start`` on are regressed by least squares on
+  ``[1, ln t, ln(S r_t)]``, where ``r_t`` is its recent share of the batches (an exponential
+  average of the logged shares with a time constant of ``memory`` steps, from ``1/S``); ``b`` is
+  minus the last coefficient. The ``ln t`` term absorbs the common fall (and the transfer from the
+  other sources), so ``b`` is identified only by how the run *varied* the source's share. Compared
+  with the pooled, after-the-fact :func:`fit_elasticity` it says whether a run's own share
+  variation carries enough signal to find the mixture (NaN where a source's share never varied).
+
+  Example: losses ``c - 0.1 ln t - b ln(S r_t)`` exactly give back ``b``.
+  """
+  steps, series = run["share_steps"], run["share_series"]
+  num = len(sources)
+  recent = np.empty_like(series)
+  r, last = np.full(num, 1.0 / num), 0
+  for k, (step, share) in enumerate(zip(steps, series)):
+    keep = math.exp(-max(int(step) - last, 0) / memory)
+    r = keep * r + (1 - keep) * np.nan_to_num(share, nan=0.0)
+    recent[k], last = r, int(step)
+  at = {int(s): k for k, s in enumerate(steps)}
+  out = np.full(num, np.nan)
+  for i, src in enumerate(sources):
+    pts = [(s, l) for s, l in run["train_loss"][src] if s >= start and s in at]
+    if len(pts) < 4:
+      continue
+    t = np.array([s for s, _ in pts], np.float64)
+    x = np.log(np.maximum(num * recent[[at[int(s)] for s in t], i], 1e-6))
+    if np.ptp(x) < 1e-9:
+      continue
+    a = np.stack([np.ones_like(t), np.log(t + 1.0), x], axis=1)
+    coef, *_ = np.linalg.lstsq(a, np.array([l for _, l in pts]), rcond=None)
+    out[i] = -coef[2]
+  return out
+
+
+def within_run_agreement(runs: dict, sources: Sequence[str], pooled_b: Sequence[float],
+                         **kwargs) -> dict:
+  """``{arm: [Pearson r per seed]}``: how well each run's :func:`within_run_elasticity` agrees
+  with the pooled after-the-fact fit ``pooled_b`` (sources with a NaN estimate left out)."""
+  out = {}
+  for arm, by_seed in runs.items():
+    if arm == BASELINE:
+      continue
+    rs = []
+    for seed in sorted(by_seed):
+      est = within_run_elasticity(by_seed[seed], sources, **kwargs)
+      ok = np.isfinite(est)
+      rs.append(float(np.corrcoef(est[ok], np.asarray(pooled_b)[ok])[0, 1])
+                if ok.sum() > 2 else math.nan)
+    out[arm] = rs
+  return out
+
+
 def _fmt_steps(row: dict, num_steps: int) -> tuple[str, str]:
   n = len(row["steps_to_uniform_final"])
   if row["reached"] < n:
@@ -703,6 +788,12 @@ def main(argv: Sequence[str] | None = None, runner: Callable = train_runner) -> 
              for s, w in zip(SOURCES, fit["mixture"])]
     print(f"\n{fit['points']} runs per source\n" + text_table(rows))
     print("\nFITTED_ELASTICITY = (" + ", ".join(f"{w:.3f}" for w in fit["mixture"]) + ")")
+    agree = within_run_agreement(runs, SOURCES, [fit["b"][s] for s in SOURCES])
+    rows = [["arm", "r per seed", "mean r"]]
+    rows += [[arm, ", ".join(f"{r:+.2f}" for r in rs), f"{np.nanmean(rs):+.2f}"]
+             for arm, rs in agree.items() if rs]
+    print("\nOne run's own estimate (within_run_elasticity) against the pooled fit, Pearson r:\n"
+          + text_table(rows))
     return 0
 
   overhead = None

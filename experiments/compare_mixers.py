@@ -27,8 +27,9 @@ windows of every source):
   of the per-token learning progress: the reward definition); an oracle's choice,
   ``uniform_noise_capped`` (uniform with the noise source ``extra-06`` capped at 1/32 by hand);
   and probes fitted after the fact, ``static_fitted`` (:data:`FITTED_MIXTURE`),
-  ``static_fitted_full`` (the fitted elasticities alone, no uniform half) and ``static_refitted``
-  (:data:`REFITTED_MIXTURE`, the same fit on other runs).
+  ``static_fitted_full`` (the fitted elasticities alone, no uniform half), ``static_fitted_25``
+  and ``static_fitted_75`` (a quarter and three quarters fitted, the rest uniform) and
+  ``static_refitted`` (:data:`REFITTED_MIXTURE`, the same fit on other runs).
 
 Hyper-parameters: each tunable arm had the same budget of three settings (:data:`TUNING`, the first
 one is the package default), tried at seed ``TUNING_SEED`` (never one of the reported seeds) and
@@ -96,6 +97,8 @@ ARMS = {
     "static_fitted": ("static", "fitted"),
     "static_fitted_full": ("static", "fitted_full"),
     "static_refitted": ("static", "refitted"),
+    "static_fitted_25": ("static", "fitted_25"),
+    "static_fitted_75": ("static", "fitted_75"),
 }
 
 # A static mixture fitted after the fact, from the *training* losses of the full-simplex arms above
@@ -112,6 +115,12 @@ FITTED_ELASTICITY = (0.033, 0.030, 0.066, 0.039, 0.073, 0.039, 0.064, 0.095, 0.0
                      0.022, 0.194, 0.043, 0.074, 0.020)
 REFITTED_ELASTICITY = (0.016, 0.018, 0.076, 0.092, 0.071, 0.066, 0.063, 0.073, 0.041, 0.121,
                        0.021, 0.046, 0.138, 0.043, 0.092, 0.022)
+# The fitted static mixtures: kind -> (elasticities, lambda), the mixture being ``lambda b / sum b
+# + (1 - lambda) / 16``. fitted_25 and fitted_75 bracket fitted's lambda = 0.5: how far can a
+# static mixture on this line go at all (the upper bound a mixer that converges to one would meet)?
+FITTED_KINDS = {"fitted": (FITTED_ELASTICITY, 0.5), "fitted_25": (FITTED_ELASTICITY, 0.25),
+                "fitted_75": (FITTED_ELASTICITY, 0.75), "fitted_full": (FITTED_ELASTICITY, 1.0),
+                "refitted": (REFITTED_ELASTICITY, 0.5)}
 FITTED_MIXTURE = tuple(0.5 * b / sum(FITTED_ELASTICITY) + 0.5 / len(SOURCES)
                        for b in FITTED_ELASTICITY)
 REFITTED_MIXTURE = tuple(0.5 * b / sum(REFITTED_ELASTICITY) + 0.5 / len(SOURCES)
@@ -143,7 +152,8 @@ def geometries(kind: str, num_steps: int = NUM_STEPS) -> ml_collections.ConfigDi
   ``"floor"``: the full simplex with every source at 1/32 or more; ``"noise_cap"``: the full
   simplex with the noise source ``extra-06`` at 1/32 or less; ``"fitted"``: (nearly) the single
   point :data:`FITTED_MIXTURE`; ``"fitted_full"``: (nearly) ``FITTED_ELASTICITY`` normalised;
-  ``"refitted"``: (nearly) :data:`REFITTED_MIXTURE`."""
+  ``"refitted"``: (nearly) :data:`REFITTED_MIXTURE`; ``"fitted_25"``, ``"fitted_75"``: a quarter
+  and three quarters fitted, the rest uniform (:data:`FITTED_KINDS`)."""
   if kind == "andrea":
     return andrea_geometries(num_steps, scale=num_steps / 200_000)
   g = ml_collections.ConfigDict()
@@ -153,14 +163,14 @@ def geometries(kind: str, num_steps: int = NUM_STEPS) -> ml_collections.ConfigDi
     g.floor = geometry("floor", 0, floors={s: 1 / 32 for s in SOURCES})
   elif kind == "noise_cap":
     g.noise_cap = geometry("noise_cap", 0, ceilings={"extra-06": 1 / 32})
-  elif kind in ("fitted", "fitted_full", "refitted"):
+  elif kind in FITTED_KINDS:
     # Floors at 0.999 of the mixture: the region is (nearly) that one point.
-    mixture = {"fitted": FITTED_MIXTURE, "refitted": REFITTED_MIXTURE,
-               "fitted_full": [b / sum(FITTED_ELASTICITY) for b in FITTED_ELASTICITY]}[kind]
+    elastic, lam = FITTED_KINDS[kind]
+    mixture = [lam * b / sum(elastic) + (1 - lam) / len(SOURCES) for b in elastic]
     g[kind] = geometry(kind, 0, floors={s: 0.999 * w for s, w in zip(SOURCES, mixture)})
   else:
-    raise ValueError("geometry kind must be andrea, full, floor, noise_cap, fitted, fitted_full or "
-                     f"refitted, got {kind!r}")
+    raise ValueError("geometry kind must be andrea, full, floor, noise_cap or one of "
+                     f"{', '.join(FITTED_KINDS)}, got {kind!r}")
   return g
 
 

@@ -161,20 +161,23 @@ def test_progress_snr_and_recency():
 
 
 def test_every_arm_is_a_valid_run_config():
-  """Each arm of experiments/compare_mixers.py validates; the fitted probe's mixture is half the
-  normalised fitted elasticities and half uniform, to 0.001 (worked out from the listed numbers)."""
+  """Each arm of experiments/compare_mixers.py validates; the fitted probes' mixtures are a half
+  (a quarter, three quarters) the normalised fitted elasticities and the rest uniform, to 0.001
+  (worked out from the listed numbers)."""
   import jax
   from andrea_jax import curriculum, runconfig
   exp = bench.load_experiment()
   for arm in exp.ARMS:
     run = runconfig.build(exp.arm_config(arm))
     assert run.curriculum_spec.strategy == exp.ARMS[arm][0]
-  spec = runconfig.build(exp.arm_config("static_fitted")).curriculum_spec
-  w = curriculum.weights_at(curriculum.schedule(curriculum.init(spec, jax.random.key(0))), 0)
   b = np.array(exp.FITTED_ELASTICITY)
-  m = 0.5 * b / b.sum() + 0.5 / 16
-  # The region is {w >= 0.999 m}: the 0.001 left over goes where the projection of uniform puts it.
-  assert np.all(w >= 0.999 * m - 1e-7) and np.abs(w - m).sum() <= 2e-3
+  for arm, lam in (("static_fitted", 0.5), ("static_fitted_25", 0.25), ("static_fitted_75", 0.75)):
+    spec = runconfig.build(exp.arm_config(arm)).curriculum_spec
+    w = curriculum.weights_at(curriculum.schedule(curriculum.init(spec, jax.random.key(0))), 0)
+    m = lam * b / b.sum() + (1 - lam) / 16
+    # The region is {w >= 0.999 m}: the 0.001 left over goes where the projection of uniform puts
+    # it.
+    assert np.all(w >= 0.999 * m - 1e-7) and np.abs(w - m).sum() <= 2e-3, arm
   assert exp.arm_settings("andrea_floor_log_rate")["bandit_reward"] == "log_rate"
 
 
@@ -199,3 +202,62 @@ def test_fit_elasticity_recovers_a_power_law():
   np.testing.assert_allclose([fit["b"][s] for s in srcs], b, atol=1e-9)
   np.testing.assert_allclose([fit["r2"][s] for s in srcs], 1.0, atol=1e-9)
   np.testing.assert_allclose(fit["mixture"], np.array([0.3, 0.1, 0.02]) / 0.42)
+
+
+def test_within_run_elasticity_recovers_b_from_share_variation():
+  """Losses ``c - 0.1 ln(t + 1) - b ln(S r_t)``, with ``r_t`` the recent share worked out here by a
+  plain per-step loop (time constant 100 steps), give back ``b``; a source whose share never moved
+  gives NaN (nothing identifies it), and the agreement with a pooled fit is a Pearson r."""
+  srcs = ["a", "b", "c", "d"]
+  b = np.array([0.3, 0.05, 0.15, 0.2])
+  c = np.array([2.0, 1.5, 3.0, 2.5])
+  steps = np.arange(9, 800, 10)
+  rng = np.random.default_rng(0)
+  series = np.full((len(steps), 4), 0.25)
+  for k in range(0, len(steps), 5):                  # a new random mixture every 50 steps
+    w = rng.dirichlet([3.0] * 3)
+    series[k:k + 5, :3] = 0.75 * w                   # source d stays at 0.25 throughout
+  recent, r, last = [], np.full(4, 0.25), 0
+  for step, share in zip(steps, series):             # step by step: r += (1 - e^-1/100)(x - r)
+    for _ in range(step - last):
+      r = r + (1 - np.exp(-1 / 100)) * (share - r)
+    last = step
+    recent.append(r.copy())
+  recent = np.array(recent)
+  loss = c - 0.1 * np.log(steps[:, None] + 1.0) - b * np.log(4 * recent)
+  run = {"share_steps": steps, "share_series": series,
+         "train_loss": {s: [(int(t), float(l)) for t, l in zip(steps, loss[:, i])]
+                        for i, s in enumerate(srcs)}}
+  est = bench.within_run_elasticity(run, srcs, start=150, memory=100.0)
+  np.testing.assert_allclose(est[:3], b[:3], atol=1e-6)
+  assert np.isnan(est[3])
+  agree = bench.within_run_agreement({"uniform": {0: run}, "arm": {0: run, 1: run}}, srcs,
+                                     pooled_b=[0.3, 0.05, 0.15, 9.0])
+  assert list(agree) == ["arm"]
+  np.testing.assert_allclose(agree["arm"], [1.0, 1.0], atol=1e-9)
+
+
+def test_a_finished_run_is_reused_only_under_the_same_config(tmp_path):
+  """The trainer's config.json is compared with the arm's config: the same config reuses the run
+  (the runner is not called again); a changed field raises and names it."""
+  exp = bench.load_experiment()
+  calls = []
+
+  def runner(config, workdir):
+    calls.append(workdir)
+    fake_runner(config, workdir, rate=1.0)
+    with open(os.path.join(workdir, "config.json"), "w") as f:   # what train_and_evaluate writes
+      f.write(config.to_json_best_effort(indent=2, sort_keys=True))
+
+  config = exp.arm_config("uniform", num_steps=16)
+  workdir = str(tmp_path / "uniform" / "seed0")
+  bench.run_arm(config, workdir, runner)
+  bench.run_arm(exp.arm_config("uniform", num_steps=16), workdir, runner)
+  assert calls == [workdir]
+  changed = exp.arm_config("uniform", num_steps=16)
+  changed.optim.peak_lr = 1e-3
+  with pytest.raises(ValueError, match=r"optim\.peak_lr"):
+    bench.run_arm(changed, workdir, runner)
+  # A field the old run did not have yet is not a difference.
+  assert bench.config_diff({"a": {"b": 1, "c": 2.0}, "e": [1]},
+                           {"a": {"b": 1, "c": 2.5, "d": 0}, "e": [2]}) == ["a.c", "e"]
