@@ -692,9 +692,13 @@ def plot(runs: dict, summary: dict, sources: Sequence[str], path: str, title: st
 # --------------------------------------------------------------------------------------------------
 
 
-def _config(exp, arm: str, seed: int, num_steps: int, quick: bool, settings: dict | None = None):
-  c = exp.arm_config(arm, num_steps=num_steps, settings=settings, seed=seed)
-  if quick:
+def _config(exp, arm: str, seed: int, args, settings: dict | None = None):
+  """``arm``'s run config for ``seed`` under the command line's ``--steps``, ``--data-scale`` and
+  ``--quick``."""
+  c = exp.arm_config(arm, num_steps=args.num_steps, settings=settings, seed=seed)
+  if args.data_scale is not None:
+    c.data.builtin_scale = args.data_scale
+  if args.quick:
     c.model.update(num_layers=1, num_heads=1, d_model=32, d_mlp=64, max_len=32)
     c.data.update(seq_len=32, global_batch_size=8)
     c.eval.update(every=20, sequences_per_source=4)
@@ -710,7 +714,7 @@ def tune(exp, args, runner) -> int:
   for strategy, grid in exp.TUNING.items():
     scores = []
     for i, setting in enumerate(grid):
-      c = _config(exp, strategy, exp.TUNING_SEED, args.num_steps, args.quick, settings=setting)
+      c = _config(exp, strategy, exp.TUNING_SEED, args, settings=setting)
       workdir = os.path.join(args.out, "tune", strategy, f"setting{i}")
       run_arm(c, workdir, runner)
       scores.append(validation_signal(read_run(workdir, SOURCES)["train_loss"], args.num_steps))
@@ -742,6 +746,10 @@ def main(argv: Sequence[str] | None = None, runner: Callable = train_runner) -> 
   parser.add_argument("--name", default="compare_mixers",
                       help="stem of the report files under --out (runs are shared between names)")
   parser.add_argument("--tune", action="store_true", help="run the tuning budget instead")
+  parser.add_argument("--data-scale", type=float, default=None,
+                      help="size of the built-in corpus (data.builtin_scale; default the "
+                           "study's, 1 MB per source): raise it for long runs, to keep them off "
+                           "repeated data")
   parser.add_argument("--quick", action="store_true", help="a trivially small setting")
   parser.add_argument("--no-overhead", action="store_true", help="skip the step-time measurement")
   parser.add_argument("--remeasure", action="store_true",
@@ -773,7 +781,7 @@ def main(argv: Sequence[str] | None = None, runner: Callable = train_runner) -> 
   settings = {}
   for seed in seeds:
     for arm in arms:
-      c = _config(exp, arm, seed, args.num_steps, args.quick)
+      c = _config(exp, arm, seed, args)
       settings[arm] = exp.arm_settings(arm)
       workdir = os.path.join(args.out, "runs", arm, f"seed{seed}")
       wall = run_arm(c, workdir, runner)
@@ -807,16 +815,15 @@ def main(argv: Sequence[str] | None = None, runner: Callable = train_runner) -> 
       overhead = cached
     elif all(a in cached for a in arms):
       overhead = cached
-      configs = {arm: _config(exp, arm, 0, args.num_steps, args.quick) for arm in arms}
+      configs = {arm: _config(exp, arm, 0, args) for arm in arms}
       for arm, us in measure_update_cost(configs).items():
         overhead[arm]["update_us"] = us
       with open(overhead_path, "w") as f:
         json.dump(overhead, f, indent=1)
     else:
-      configs = {arm: _config(exp, arm, 0, args.num_steps, args.quick) for arm in arms}
+      configs = {arm: _config(exp, arm, 0, args) for arm in arms}
       if OVERHEAD_REFERENCE not in configs:
-        configs[OVERHEAD_REFERENCE] = _config(exp, OVERHEAD_REFERENCE, 0, args.num_steps,
-                                              args.quick)
+        configs[OVERHEAD_REFERENCE] = _config(exp, OVERHEAD_REFERENCE, 0, args)
       overhead = measure_overhead(configs, args.overhead_rounds, args.overhead_steps)
       for arm, us in measure_update_cost(configs).items():
         overhead[arm]["update_us"] = us
@@ -829,11 +836,13 @@ def main(argv: Sequence[str] | None = None, runner: Callable = train_runner) -> 
   hardware = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores "
               f"(load average {os.getloadavg()[0]:.1f} at the end), "
               + __import__("jax").default_backend())
-  c0 = _config(exp, BASELINE, seeds[0], args.num_steps, args.quick)
+  c0 = _config(exp, BASELINE, seeds[0], args)
   setup = (f"{args.num_steps} steps of {c0.data.global_batch_size} x {c0.data.seq_len} tokens, "
            f"{c0.model.num_layers}-layer d={c0.model.d_model} byte-level decoder, seeds "
            f"{', '.join(map(str, seeds))}, evaluations every {c0.eval.every} steps on "
-           f"{c0.eval.sequences_per_source} held-out windows per source; {hardware}")
+           f"{c0.eval.sequences_per_source} held-out windows per source"
+           + (f", built-in corpus at scale {c0.data.builtin_scale:g}"
+              if c0.data.builtin_scale != 1.0 else "") + f"; {hardware}")
   print("\n" + setup + "\n")
   print(text_table(rows))
   figure = args.figure or os.path.join(args.out, f"{args.name}.png")
