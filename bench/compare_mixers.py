@@ -19,6 +19,10 @@ Measured, per arm (mean over seeds; paired differences use the same seed's ``uni
   round, the step at which ``uniform`` reaches the arm's final loss (mean over seeds: a strategy
   that loses needs about ``num_steps`` where ``uniform`` needs this many; ``never`` when the arm
   ends below ``uniform``'s final loss);
+* mid-run: ``1 - steps / uniform's steps`` to reach the loss ``uniform`` has at 1/4, 1/2 and 3/4
+  of the run (``MID_RUN``; uniform's own first crossing, same seed). Unlike the end-of-run crossing
+  it stays meaningful where the curve is flat at the end (in a long run uniform's held-out loss can
+  touch its final value well before the last step);
 * the step-time overhead against ``static``: the jitted training steps of all arms timed in turns in
   this one process, on the same batch, with their curricula running; the median of the per-round
   ratios to ``static`` with their quartiles in brackets (the spread says how well this machine
@@ -47,6 +51,10 @@ losses of the ``--arms`` runs (:func:`fit_elasticity`) and print the mixture it 
 estimate (:func:`within_run_elasticity`, from the run's share variation alone, as an online mixer
 would have to) agrees with that pooled fit.
 
+``--steps`` and ``--data-scale`` (``data.builtin_scale``) run the same arms longer, on a corpus
+large enough not to repeat (``--steps 12800 --data-scale 4`` stays under half an epoch of every
+source under the uniform mixture).
+
 ``--quick``: a trivially small setting (80 steps of a 1-layer model, two seeds) to check the
 machinery in a minute.
 """
@@ -72,6 +80,7 @@ if REPO not in sys.path:
 DEFAULT_ARMS = ("uniform", "static", "andrea", "bandit_only", "random_only", "exp3", "elastic",
                 "elastic_andrea")
 BASELINE = "uniform"
+MID_RUN = (0.25, 0.5, 0.75)   # fractions of the run at which the mid-run speed-up is read
 OVERHEAD_REFERENCE = "static"
 
 
@@ -370,6 +379,20 @@ def summarize(runs: dict, num_steps: int, sources: Sequence[str]) -> dict:
     # The other way round: when the uniform run reaches this arm's final loss (800 if never).
     behind = np.array([steps_to_reach(base[s]["eval_steps"], base[s]["eval_mean"],
                                       by_seed[s]["eval_mean"][-1]) for s in seeds if s in base])
+    # Mid-run: the steps to reach the loss uniform has at a quarter, half, three quarters of the
+    # run, against uniform's own (robust where the end of the curve is flat, and before the
+    # learning rate has decayed).
+    speedup = {}
+    for frac in MID_RUN:
+      ratios = []
+      for s in seeds:
+        if s not in base:
+          continue
+        u = base[s]
+        target = float(np.interp(frac * num_steps, u["eval_steps"], u["eval_mean"]))
+        mine = steps_to_reach(by_seed[s]["eval_steps"], by_seed[s]["eval_mean"], target)
+        ratios.append(1 - mine / steps_to_reach(u["eval_steps"], u["eval_mean"], target))
+      speedup[frac] = float(np.mean(ratios)) if ratios else math.nan
     walls = np.array([by_seed[s]["wall_s"] / base[s]["wall_s"] for s in seeds if s in base])
     per_source = {src: float(np.nanmean([by_seed[s]["eval_source"][src][-1] for s in seeds]))
                   for src in sources}
@@ -385,6 +408,7 @@ def summarize(runs: dict, num_steps: int, sources: Sequence[str]) -> dict:
         "fewer_steps": float(1 - reach.mean() / num_steps) if reached.all() and reach.size
                        else math.nan,
         "uniform_steps_to_arm_final": [float(x) for x in behind],
+        "mid_run_fewer_steps": speedup,
         "wall_ratio": float(np.median(walls)) if walls.size else math.nan,
         "final_per_source": per_source,
         "weights": {src: float(w) for src, w in
@@ -544,6 +568,7 @@ def main_table(summary: dict, settings: dict, overhead: dict | None, num_steps: 
   rows = [["arm", "strategy / geometry", "settings", "final mean held-out loss",
            "vs uniform (paired)", "steps to uniform's final", "fewer steps",
            "uniform reaches this final at",
+           "fewer steps to uniform's loss at 1/4, 1/2, 3/4 of the run",
            "step CPU time vs static", "step wall time vs static",
            "curriculum.update alone (share of a step)", "run time / uniform"]]
   for arm, r in summary.items():
@@ -569,6 +594,8 @@ def main_table(summary: dict, settings: dict, overhead: dict | None, num_steps: 
     rows.append([arm, f"{strategy} / {kind}", json.dumps(settings.get(arm, {})) or "{}",
                  f"{r['final_mean']:.4f} ± {r['final_sd']:.4f}",
                  f"{r['delta_vs_uniform']:+.4f} ± {r['delta_sd']:.4f}", steps, fewer, behind,
+                 ", ".join(f"{100 * v:+.1f}%" if math.isfinite(v) else "never"
+                           for v in r["mid_run_fewer_steps"].values()),
                  over["cpu"],
                  over["wall"], over["update"], f"{r['wall_ratio']:.2f}"])
   return rows

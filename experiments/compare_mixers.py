@@ -47,8 +47,8 @@ uniform 2.006; static 2.275, andrea 2.352, bandit_only 2.438, random_only 2.340,
 to +0.09; with a floor of 1/32 on every source +0.016 to +0.018 whatever the discount, eta, share
 of random phases or bandit reward; uniform with the noise source capped +0.001. The probes fitted
 after the fact beat uniform: static_fitted 1.976 (uniform's final reached by step 672, 16% fewer
-steps), static_refitted 1.985 (706, 12%); static_fitted_full ties. The curriculum update costs 1-14
-us per step, under 0.03% of a step.
+steps), static_refitted 1.985 (706, 12%); static_fitted_25 713 (11%), static_fitted_75 684 (14.5%),
+static_fitted_full ties. The curriculum update costs 1-14 us per step, under 0.03% of a step.
 """
 
 import ml_collections

@@ -82,6 +82,14 @@ def test_the_whole_comparison_on_fake_runs(tmp_path, capsys):
   # exp3's 0.5.
   assert s["static"]["uniform_steps_to_arm_final"] == pytest.approx([40.0, 40.0])
   assert s["exp3"]["uniform_steps_to_arm_final"] == [None, None]
+  # Mid-run: uniform's loss at steps 20, 40, 60 is 2.75, 2.5, 2.25 (+0.01 per seed). exp3 is below
+  # 2.75 and 2.5 already at its first evaluation (step 20: 1 - 20/20, 1 - 20/40) and reaches 2.25
+  # at step 24 (1 - 24/60); static (rate 0.5) needs 40 and 80 steps and never reaches 2.25.
+  assert s["exp3"]["mid_run_fewer_steps"] == pytest.approx({"0.25": 0.0, "0.5": 0.5, "0.75": 0.6})
+  assert s["static"]["mid_run_fewer_steps"] == pytest.approx({"0.25": -1.0, "0.5": -1.0,
+                                                              "0.75": None})
+  assert s["uniform"]["mid_run_fewer_steps"] == pytest.approx({"0.25": 0.0, "0.5": 0.0,
+                                                               "0.75": 0.0})
   assert s["static"]["weights"]["extra-06"] == pytest.approx(1 / 16)
   assert s["static"]["late_shares"]["extra-06"] == pytest.approx(1 / 16)
   md = (out / "compare_mixers.md").read_text()
