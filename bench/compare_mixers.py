@@ -554,6 +554,19 @@ def within_run_agreement(runs: dict, sources: Sequence[str], pooled_b: Sequence[
   return out
 
 
+def _per_seed(values: Sequence[float]) -> str:
+  return ", ".join(f"{r:+.2f}" if math.isfinite(r) else "—" for r in values)
+
+
+def _span_and_mean(values: Sequence[float]) -> tuple[str, str]:
+  """``("min .. max", "mean")`` of the finite ``values``, ``("—", "—")`` if there are none."""
+  v = np.asarray(values, np.float64)
+  v = v[np.isfinite(v)]
+  if not v.size:
+    return "—", "—"
+  return f"{v.min():+.2f} .. {v.max():+.2f}", f"{v.mean():+.2f}"
+
+
 def _fmt_steps(row: dict, num_steps: int) -> tuple[str, str]:
   n = len(row["steps_to_uniform_final"])
   if row["reached"] < n:
@@ -823,11 +836,18 @@ def main(argv: Sequence[str] | None = None, runner: Callable = train_runner) -> 
              for s, w in zip(SOURCES, fit["mixture"])]
     print(f"\n{fit['points']} runs per source\n" + text_table(rows))
     print("\nFITTED_ELASTICITY = (" + ", ".join(f"{w:.3f}" for w in fit["mixture"]) + ")")
+    # Against this fit (made partly from the same runs) and against the experiment's
+    # FITTED_ELASTICITY (made from other runs: independent of these).
     agree = within_run_agreement(runs, SOURCES, [fit["b"][s] for s in SOURCES])
-    rows = [["arm", "r per seed", "mean r"]]
-    rows += [[arm, ", ".join(f"{r:+.2f}" for r in rs), f"{np.nanmean(rs):+.2f}"]
-             for arm, rs in agree.items() if rs]
-    print("\nOne run's own estimate (within_run_elasticity) against the pooled fit, Pearson r:\n"
+    other = within_run_agreement(runs, SOURCES, exp.FITTED_ELASTICITY)
+    rows = [["arm", "r per seed (this fit)", "mean", "r per seed (FITTED_ELASTICITY)", "mean"]]
+    rows += [[arm, _per_seed(agree[arm]), _span_and_mean(agree[arm])[1],
+              _per_seed(other[arm]), _span_and_mean(other[arm])[1]]
+             for arm in agree if agree[arm]]
+    every = [r for rs in agree.values() for r in rs]
+    rows.append([f"all {len(every)} runs", *_span_and_mean(every),
+                 *_span_and_mean([r for rs in other.values() for r in rs])])
+    print("\nOne run's own estimate (within_run_elasticity) against a pooled fit, Pearson r:\n"
           + text_table(rows))
     return 0
 

@@ -269,3 +269,42 @@ def test_a_finished_run_is_reused_only_under_the_same_config(tmp_path):
   # A field the old run did not have yet is not a difference.
   assert bench.config_diff({"a": {"b": 1, "c": 2.0}, "e": [1]},
                            {"a": {"b": 1, "c": 2.5, "d": 0}, "e": [2]}) == ["a.c", "e"]
+
+
+def test_fit_elasticity_command_prints_the_fit_and_the_within_run_agreement(tmp_path, capsys):
+  """``--fit-elasticity`` on finished runs: the fitted mixture, then one row per arm of the
+  within-run agreement and an "all N runs" row; a run too short to be estimated (all NaN) prints
+  "—", not a warning."""
+  import warnings
+
+  def runner(config, workdir):
+    fake_runner(config, workdir, rate=1.0)
+    if config.curriculum.strategy == "static" and len(config.curriculum.geometries) == 1:
+      return                                       # uniform keeps 1/16 everywhere
+    rng = np.random.default_rng(config.seed)
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+      lines = f.read().splitlines()
+    with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+      for line in lines:
+        rec = json.loads(line)
+        if "weight/chat" in rec:                   # a new random mixture at every logged step
+          w = rng.dirichlet([4.0] * 16)
+          rec.update({f"share/{s}": float(x) for s, x in zip(SOURCES, w)})
+          rec.update({f"loss/{s}": float(2.0 + rng.normal(0, 0.1)) for s in SOURCES})
+        f.write(json.dumps(rec) + "\n")
+
+  args = ["--out", str(tmp_path / "cmp"), "--arms", "exp3", "--seeds", "0,1", "--quick",
+          "--fit-elasticity"]
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    assert bench.main(args + ["--steps", "400"], runner=runner) == 0
+  out = capsys.readouterr().out
+  assert "FITTED_ELASTICITY = (" in out
+  agreement = out.split("One run's own estimate")[1]
+  assert "exp3" in agreement and "all 2 runs" in agreement
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    assert bench.main(["--out", str(tmp_path / "short"), "--arms", "exp3", "--seeds", "0",
+                       "--quick", "--fit-elasticity"], runner=runner) == 0   # 80 steps < 150
+  short = capsys.readouterr().out.split("One run's own estimate")[1]
+  assert "—" in short and "nan" not in short
