@@ -536,21 +536,23 @@ def within_run_elasticity(run: dict, sources: Sequence[str], start: int = 150,
   return out
 
 
-def within_run_agreement(runs: dict, sources: Sequence[str], pooled_b: Sequence[float],
-                         **kwargs) -> dict:
-  """``{arm: [Pearson r per seed]}``: how well each run's :func:`within_run_elasticity` agrees
-  with the pooled after-the-fact fit ``pooled_b`` (sources with a NaN estimate left out)."""
-  out = {}
+def within_run_agreement(runs: dict, sources: Sequence[str],
+                         pooled: Sequence[Sequence[float]], **kwargs) -> list[dict]:
+  """For each pooled after-the-fact fit ``b`` in ``pooled``, ``{arm: [Pearson r per seed]}``: how
+  well each run's :func:`within_run_elasticity` (computed once per run) agrees with it (sources
+  with a NaN estimate left out)."""
+  out = [{} for _ in pooled]
   for arm, by_seed in runs.items():
     if arm == BASELINE:
       continue
-    rs = []
+    for agree in out:
+      agree[arm] = []
     for seed in sorted(by_seed):
       est = within_run_elasticity(by_seed[seed], sources, **kwargs)
       ok = np.isfinite(est)
-      rs.append(float(np.corrcoef(est[ok], np.asarray(pooled_b)[ok])[0, 1])
-                if ok.sum() > 2 else math.nan)
-    out[arm] = rs
+      for agree, b in zip(out, pooled):
+        agree[arm].append(float(np.corrcoef(est[ok], np.asarray(b)[ok])[0, 1])
+                          if ok.sum() > 2 else math.nan)
   return out
 
 
@@ -838,8 +840,8 @@ def main(argv: Sequence[str] | None = None, runner: Callable = train_runner) -> 
     print("\nFITTED_ELASTICITY = (" + ", ".join(f"{w:.3f}" for w in fit["mixture"]) + ")")
     # Against this fit (made partly from the same runs) and against the experiment's
     # FITTED_ELASTICITY (made from other runs: independent of these).
-    agree = within_run_agreement(runs, SOURCES, [fit["b"][s] for s in SOURCES])
-    other = within_run_agreement(runs, SOURCES, exp.FITTED_ELASTICITY)
+    agree, other = within_run_agreement(
+        runs, SOURCES, [[fit["b"][s] for s in SOURCES], exp.FITTED_ELASTICITY])
     rows = [["arm", "r per seed (this fit)", "mean", "r per seed (FITTED_ELASTICITY)", "mean"]]
     rows += [[arm, _per_seed(agree[arm]), _span_and_mean(agree[arm])[1],
               _per_seed(other[arm]), _span_and_mean(other[arm])[1]]

@@ -121,10 +121,16 @@ REFITTED_ELASTICITY = (0.016, 0.018, 0.076, 0.092, 0.071, 0.066, 0.063, 0.073, 0
 FITTED_KINDS = {"fitted": (FITTED_ELASTICITY, 0.5), "fitted_25": (FITTED_ELASTICITY, 0.25),
                 "fitted_75": (FITTED_ELASTICITY, 0.75), "fitted_full": (FITTED_ELASTICITY, 1.0),
                 "refitted": (REFITTED_ELASTICITY, 0.5)}
-FITTED_MIXTURE = tuple(0.5 * b / sum(FITTED_ELASTICITY) + 0.5 / len(SOURCES)
-                       for b in FITTED_ELASTICITY)
-REFITTED_MIXTURE = tuple(0.5 * b / sum(REFITTED_ELASTICITY) + 0.5 / len(SOURCES)
-                         for b in REFITTED_ELASTICITY)
+
+
+def fitted_mixture(kind: str) -> tuple[float, ...]:
+  """The static mixture of a fitted kind of :data:`FITTED_KINDS`, in source order."""
+  elastic, lam = FITTED_KINDS[kind]
+  return tuple(lam * b / sum(elastic) + (1 - lam) / len(SOURCES) for b in elastic)
+
+
+FITTED_MIXTURE = fitted_mixture("fitted")
+REFITTED_MIXTURE = fitted_mixture("refitted")
 
 # The tuning budget: three settings per strategy with knobs (overrides of the curriculum section),
 # the package default first. random_only has no mixer knob; static and uniform none at all.
@@ -165,9 +171,8 @@ def geometries(kind: str, num_steps: int = NUM_STEPS) -> ml_collections.ConfigDi
     g.noise_cap = geometry("noise_cap", 0, ceilings={"extra-06": 1 / 32})
   elif kind in FITTED_KINDS:
     # Floors at 0.999 of the mixture: the region is (nearly) that one point.
-    elastic, lam = FITTED_KINDS[kind]
-    mixture = [lam * b / sum(elastic) + (1 - lam) / len(SOURCES) for b in elastic]
-    g[kind] = geometry(kind, 0, floors={s: 0.999 * w for s, w in zip(SOURCES, mixture)})
+    g[kind] = geometry(kind, 0, floors={s: 0.999 * w for s, w in zip(SOURCES,
+                                                                   fitted_mixture(kind))})
   else:
     raise ValueError("geometry kind must be andrea, full, floor, noise_cap or one of "
                      f"{', '.join(FITTED_KINDS)}, got {kind!r}")

@@ -239,10 +239,12 @@ def test_within_run_elasticity_recovers_b_from_share_variation():
   est = bench.within_run_elasticity(run, srcs, start=150, memory=100.0)
   np.testing.assert_allclose(est[:3], b[:3], atol=1e-6)
   assert np.isnan(est[3])
-  agree = bench.within_run_agreement({"uniform": {0: run}, "arm": {0: run, 1: run}}, srcs,
-                                     pooled_b=[0.3, 0.05, 0.15, 9.0])
+  runs = {"uniform": {0: run}, "arm": {0: run, 1: run}}
+  agree, negated = bench.within_run_agreement(
+      runs, srcs, pooled=[[0.3, 0.05, 0.15, 9.0], [-0.3, -0.05, -0.15, 0.0]])
   assert list(agree) == ["arm"]
   np.testing.assert_allclose(agree["arm"], [1.0, 1.0], atol=1e-9)
+  np.testing.assert_allclose(negated["arm"], [-1.0, -1.0], atol=1e-9)
 
 
 def test_a_finished_run_is_reused_only_under_the_same_config(tmp_path):
