@@ -735,16 +735,21 @@ def plot(runs: dict, summary: dict, sources: Sequence[str], path: str, title: st
 
 
 def _config(exp, arm: str, seed: int, args, settings: dict | None = None):
-  """``arm``'s run config for ``seed`` under the command line's ``--steps``, ``--data-scale`` and
-  ``--quick``."""
+  """``arm``'s run config for ``seed`` under the command line's ``--steps``, ``--data-scale``,
+  ``--layers``, ``--d-model`` and ``--quick``."""
   c = exp.arm_config(arm, num_steps=args.num_steps, settings=settings, seed=seed)
-  if args.data_scale is not None:
-    c.data.builtin_scale = args.data_scale
   if args.quick:
     c.model.update(num_layers=1, num_heads=1, d_model=32, d_mlp=64, max_len=32)
     c.data.update(seq_len=32, global_batch_size=8)
     c.eval.update(every=20, sequences_per_source=4)
     c.optim.warmup_steps = 5
+  if args.data_scale is not None:
+    c.data.builtin_scale = args.data_scale
+  if args.layers is not None:
+    c.model.num_layers = args.layers
+  if args.d_model is not None:  # 32-wide heads and a 4x MLP, as in the study's model
+    c.model.update(d_model=args.d_model, num_heads=max(1, args.d_model // 32),
+                   d_mlp=4 * args.d_model)
   return c
 
 
@@ -792,6 +797,10 @@ def main(argv: Sequence[str] | None = None, runner: Callable = train_runner) -> 
                       help="size of the built-in corpus (data.builtin_scale; default the "
                            "study's, 1 MB per source): raise it for long runs, to keep them off "
                            "repeated data")
+  parser.add_argument("--layers", type=int, default=None,
+                      help="decoder layers (default the study's 2)")
+  parser.add_argument("--d-model", type=int, default=None,
+                      help="model width (default the study's 64), with 32-wide heads and a 4x MLP")
   parser.add_argument("--quick", action="store_true", help="a trivially small setting")
   parser.add_argument("--no-overhead", action="store_true", help="skip the step-time measurement")
   parser.add_argument("--remeasure", action="store_true",

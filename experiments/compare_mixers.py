@@ -51,6 +51,8 @@ steps), static_refitted 1.985 (706, 12%); static_fitted_25 713 (11%), static_fit
 static_fitted_full ties. The curriculum update costs 1-14 us per step, under 0.03% of a step.
 """
 
+from collections.abc import Sequence
+
 import ml_collections
 
 from andrea_jax import config as config_lib
@@ -99,6 +101,10 @@ ARMS = {
     "static_refitted": ("static", "refitted"),
     "static_fitted_25": ("static", "fitted_25"),
     "static_fitted_75": ("static", "fitted_75"),
+    # Probes of timing: the same fitted mixture for one half of the run, uniform for the other. Can
+    # a schedule over time go past the best static mixture (the ceiling the sweep measured)?
+    "static_fitted_early": ("static", "fitted_early"),
+    "static_fitted_late": ("static", "fitted_late"),
 }
 
 # A static mixture fitted after the fact, from the *training* losses of the full-simplex arms above
@@ -159,7 +165,9 @@ def geometries(kind: str, num_steps: int = NUM_STEPS) -> ml_collections.ConfigDi
   simplex with the noise source ``extra-06`` at 1/32 or less; ``"fitted"``: (nearly) the single
   point :data:`FITTED_MIXTURE`; ``"fitted_full"``: (nearly) ``FITTED_ELASTICITY`` normalised;
   ``"refitted"``: (nearly) :data:`REFITTED_MIXTURE`; ``"fitted_25"``, ``"fitted_75"``: a quarter
-  and three quarters fitted, the rest uniform (:data:`FITTED_KINDS`)."""
+  and three quarters fitted, the rest uniform (:data:`FITTED_KINDS`); ``"fitted_early"``,
+  ``"fitted_late"``: :data:`FITTED_MIXTURE` for the first (last) half of the run, the full simplex
+  for the other half."""
   if kind == "andrea":
     return andrea_geometries(num_steps, scale=num_steps / 200_000)
   g = ml_collections.ConfigDict()
@@ -170,13 +178,21 @@ def geometries(kind: str, num_steps: int = NUM_STEPS) -> ml_collections.ConfigDi
   elif kind == "noise_cap":
     g.noise_cap = geometry("noise_cap", 0, ceilings={"extra-06": 1 / 32})
   elif kind in FITTED_KINDS:
-    # Floors at 0.999 of the mixture: the region is (nearly) that one point.
-    g[kind] = geometry(kind, 0, floors={s: 0.999 * w for s, w in zip(SOURCES,
-                                                                   fitted_mixture(kind))})
+    g[kind] = _point(kind, 0, fitted_mixture(kind))
+  elif kind in ("fitted_early", "fitted_late"):
+    half = num_steps // 2
+    fitted_start, full_start = (0, half) if kind == "fitted_early" else (half, 0)
+    g.fitted = _point("fitted", fitted_start, FITTED_MIXTURE)
+    g.full = geometry("full", full_start)
   else:
-    raise ValueError("geometry kind must be andrea, full, floor, noise_cap or one of "
-                     f"{', '.join(FITTED_KINDS)}, got {kind!r}")
+    raise ValueError("geometry kind must be andrea, full, floor, noise_cap, fitted_early, "
+                     f"fitted_late or one of {', '.join(FITTED_KINDS)}, got {kind!r}")
   return g
+
+
+def _point(name: str, start: int, mixture: Sequence[float]) -> ml_collections.ConfigDict:
+  """A geometry that is (nearly) the single point ``mixture``: floors at 0.999 of it."""
+  return geometry(name, start, floors={s: 0.999 * w for s, w in zip(SOURCES, mixture)})
 
 
 def arm_settings(arm: str) -> dict:

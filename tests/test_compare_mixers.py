@@ -187,6 +187,18 @@ def test_every_arm_is_a_valid_run_config():
     # it.
     assert np.all(w >= 0.999 * m - 1e-7) and np.abs(w - m).sum() <= 2e-3, arm
   assert exp.arm_settings("andrea_floor_log_rate")["bandit_reward"] == "log_rate"
+  # The timing probes: the lambda = 0.5 mixture for one half of the 800 steps, uniform (the
+  # projection of uniform onto the full simplex) for the other; a phase may run past the switch
+  # by the decision lag at most, so the steps next to it are left out.
+  from andrea_jax.curriculum import simulate
+  m = 0.5 * b / b.sum() + 0.5 / 16
+  for arm, fitted_half in (("static_fitted_early", slice(0, 390)),
+                           ("static_fitted_late", slice(410, 800))):
+    spec = runconfig.build(exp.arm_config(arm)).curriculum_spec
+    w_NxS = simulate.simulate(spec, jax.random.key(0), 800).weights
+    other = slice(410, 800) if fitted_half.start == 0 else slice(0, 390)
+    assert np.abs(w_NxS[fitted_half] - m).sum(axis=1).max() <= 2e-3, arm
+    assert np.abs(w_NxS[other] - 1 / 16).max() <= 1e-6, arm
 
 
 def test_fit_elasticity_recovers_a_power_law():
@@ -310,3 +322,18 @@ def test_fit_elasticity_command_prints_the_fit_and_the_within_run_agreement(tmp_
                        "--quick", "--fit-elasticity"], runner=runner) == 0   # 80 steps < 150
   short = capsys.readouterr().out.split("One run's own estimate")[1]
   assert "—" in short and "nan" not in short
+
+
+def test_model_size_flags_reach_every_run(tmp_path):
+  from andrea_jax import runconfig
+  configs = []
+  def runner(config, workdir):
+    configs.append(config)
+    return fake_runner(config, workdir, rate=1.0)
+  assert bench.main(["--out", str(tmp_path), "--arms", "elastic", "--seeds", "0", "--quick",
+                     "--no-overhead", "--layers", "3", "--d-model", "96"], runner=runner) == 0
+  assert len(configs) == 2                                   # uniform and elastic, one seed
+  for c in configs:
+    # 96 wide: three 32-wide heads and a 384-wide MLP, over --quick's one layer of 32.
+    assert (c.model.num_layers, c.model.d_model, c.model.num_heads, c.model.d_mlp) == (3, 96, 3, 384)
+    runconfig.build(c)                                       # still a valid run
