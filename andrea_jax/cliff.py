@@ -187,12 +187,13 @@ def cliff_init(num_sources: int, window: int) -> CliffState:
     raise ValueError(f"num_sources must be a positive int, got {num_sources!r}")
   if isinstance(window, bool) or not isinstance(window, int) or window < 3:
     raise ValueError(f"window must be an int >= 3, got {window!r}")
-  empty_W = jnp.full((window,), jnp.nan, jnp.float32)
-  empty_WxS = jnp.full((window, num_sources), jnp.nan, jnp.float32)
+  # One buffer per field: the trainer donates the state, and XLA refuses to donate one buffer twice.
+  empty_W = lambda: jnp.full((window,), jnp.nan, jnp.float32)
+  empty_WxS = lambda: jnp.full((window, num_sources), jnp.nan, jnp.float32)
   return CliffState(
-      loss_W=empty_W, x_W=empty_W, loss_WxS=empty_WxS,
+      loss_W=empty_W(), x_W=empty_W(), loss_WxS=empty_WxS(),
       tokens_WxS=jnp.zeros((window, num_sources), jnp.float32),
-      sorted_loss_W=empty_W, sorted_x_W=empty_W, sorted_loss_WxS=empty_WxS,
+      sorted_loss_W=empty_W(), sorted_x_W=empty_W(), sorted_loss_WxS=empty_WxS(),
       pos=jnp.zeros((), jnp.int32),
       count=jnp.zeros((), jnp.int32),
       last_flag_step=jnp.full((), _NEVER, jnp.int32),

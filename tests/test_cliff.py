@@ -268,3 +268,20 @@ def test_sorted_windows_stay_the_sorted_ring_buffers():
   np.testing.assert_array_equal(np.asarray(state.sorted_loss_WxS),
                                 np.sort(np.asarray(state.loss_WxS), axis=0))
   assert int(state.count) == _SHORT.window and _flags(ev) == [2200]
+
+
+def test_fresh_state_owns_one_buffer_per_field_and_can_be_donated():
+  # The trainer donates the state; XLA refuses a buffer donated twice, so no two fields may share
+  # one. Built un-jitted, as a user calls it.
+  state = cliff.cliff_init(2, _SMALL_TOTAL.window)
+  leaves = jax.tree.leaves(state)
+  assert len({x.unsafe_buffer_pointer() for x in leaves}) == len(leaves)
+  update = jax.jit(functools.partial(cliff.cliff_update, _SMALL_TOTAL), donate_argnums=0)
+  state, ev = update(state, 0, jnp.float32(2.5), jnp.array([2.0, 3.0]), jnp.array([50.0, 50.0]))
+  # One accepted step: it fills slot 0 of every buffer and leads each sorted column.
+  nan = float("nan")
+  np.testing.assert_array_equal(np.asarray(state.loss_W), [2.5, nan, nan, nan, nan])
+  np.testing.assert_array_equal(np.asarray(state.sorted_loss_W), [2.5, nan, nan, nan, nan])
+  np.testing.assert_array_equal(np.asarray(state.x_W), [2.5, nan, nan, nan, nan])  # x = loss
+  np.testing.assert_array_equal(np.asarray(state.sorted_loss_WxS), [[2.0, 3.0]] + [[nan, nan]] * 4)
+  assert int(state.count) == 1 and int(state.pos) == 1 and not bool(ev.flag)
