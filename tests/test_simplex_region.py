@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from andrea_jax.simplex import Region, is_feasible
+from andrea_jax.simplex import Region, greedy_vertex, is_feasible, project, sample_uniform
 from andrea_jax.sources import SOURCES, WARMUP_SOURCES
 
 
@@ -93,6 +93,59 @@ def test_contains_and_equality():
   np.testing.assert_array_equal(r.contains(np.array([[1, 0, 0], [0, 1, 0]])), [True, False])
   same = Region.from_bounds({"H": 0.5}, {"D": 0.25}, sources=("H", "G", "D"), label="seed")
   assert r == same and hash(r) == hash(same) and r != polish()
+
+
+def _polish_floors():
+  # Floors that float32 cannot hold: 0.7f = 0.69999999 and 0.05f = 0.050000001 (checked below).
+  return Region.from_bounds({"hermes3-general": 0.7, "chat": 0.05}, {"dictionary": 0.25},
+                            exclude=("repo-docs", "repo-docstrings"))
+
+
+def test_float32_points_of_the_simplex_functions_are_contained():
+  r = _polish_floors()
+  assert float(np.float32(0.7)) - 0.7 == pytest.approx(-1.19e-8, rel=1e-2)  # under the floor
+  lower, upper = jnp.asarray(r.lower, jnp.float32), jnp.asarray(r.upper, jnp.float32)
+  scores_Bx16 = jax.random.normal(jax.random.key(0), (64, 16))
+  greedy_Bx16 = greedy_vertex(scores_Bx16, lower, upper)
+  # Where hermes3-general does not score highest, the vertex leaves it on its float32 floor.
+  assert np.float32(0.7) in np.asarray(greedy_Bx16[:, 0])
+  projected_Bx16 = project(3.0 * scores_Bx16, lower, upper)
+  sampled_Bx16, _ = sample_uniform(jax.random.key(1), lower, upper, 256)
+  for points in (greedy_Bx16, projected_Bx16, sampled_Bx16):
+    assert points.dtype == jnp.float32
+    assert np.all(r.contains(points))
+    assert np.all(r.contains(np.asarray(points)))  # numpy float32 too
+  # n = 16 in float32: the tolerance is 4 * 16 * 2^-23 = 7.6e-6 on each bound and on the sum.
+  w_16 = np.asarray(greedy_Bx16[0]).copy()
+  w_16[0] = np.float32(0.7) - np.float32(1e-3)
+  w_16[1] += np.float32(1e-3)  # still sums to 1, but 1e-3 under a floor
+  assert not r.contains(w_16)
+  off_16 = np.asarray(sampled_Bx16[0]).copy()
+  off_16[1] += np.float32(4e-6)
+  assert r.contains(off_16)
+  off_16[1] += np.float32(1.2e-5)  # the sum is now 1.6e-5 over 1
+  assert not r.contains(off_16)
+  # An explicit atol wins: the old default rejects the float32 floor.
+  assert not np.all(r.contains(greedy_Bx16, atol=1e-9))
+  assert r.contains(w_16, atol=2e-3)
+
+
+def test_float64_points_keep_the_tight_tolerance():
+  r = _polish_floors()
+  w_16 = r.lower.copy()
+  w_16[1] += 1 - w_16.sum()  # on the floors, hermes3-creative takes the rest
+  assert r.contains(w_16) and r.contains(w_16.tolist())
+  assert not r.contains(w_16 + 1e-8 * (np.arange(16) == 1))  # the sum is 1e-8 over 1
+  below_16 = w_16 + 1e-8 * ((np.arange(16) == 1).astype(float) - (np.arange(16) == 0))
+  assert not r.contains(below_16)  # 1e-8 under the floor of 0.7
+  # A float32 point cast to float64 is judged as float64: 0.7f is 1.2e-8 under the floor.
+  w32_16 = w_16.astype(np.float32)
+  assert r.contains(w32_16) and not r.contains(w32_16.astype(np.float64))
+  with jax.enable_x64(True):
+    x_16 = jax.random.normal(jax.random.key(0), (16,), jnp.float64)
+    w_16 = project(x_16, jnp.asarray(r.lower), jnp.asarray(r.upper))
+    assert w_16.dtype == jnp.float64 and r.contains(w_16)
+    assert not r.contains(w_16 + 1e-8 * (jnp.arange(16) == 1))
 
 
 def test_is_feasible(maybe_jit):

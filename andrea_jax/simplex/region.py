@@ -165,8 +165,30 @@ class Region:
       return 0
     return max(k - 1, 0)
 
-  def contains(self, w, atol: float = 1e-9) -> np.ndarray | bool:
-    """Whether ``w`` (``[..., n]``) lies in the region, up to ``atol`` on each bound and the sum."""
+  def contains(self, w, atol: float | None = None) -> np.ndarray | bool:
+    """Whether ``w`` (``[..., n]``) lies in the region, up to ``atol`` on each bound and the sum.
+
+    The check is ``l - atol <= w <= u + atol`` and ``|sum w - 1| <= atol``, in float64. The default
+    ``atol`` follows the precision ``w`` was computed in: ``max(1e-9, 4 n eps)`` with ``eps`` the
+    machine epsilon of ``w``'s floating dtype (float64 for lists, Python floats and integers), since
+    each coordinate carries an ulp or so of rounding and the sum gathers ``n`` of them. So float32
+    points from :func:`~andrea_jax.simplex.project`, :func:`~andrea_jax.simplex.sample_uniform`
+    and :func:`~andrea_jax.simplex.greedy_vertex` are inside (the float32 floor ``0.7`` is
+    ``0.69999999``, 1.2e-8 under the float64 floor), while float64 points keep the tight ``1e-9``.
+    An explicit ``atol`` replaces the default whatever the dtype.
+
+    Example (n = 16 in float32: ``atol = 64 * 2^-23 = 7.6e-6``):
+      >>> r = Region.from_bounds({"hermes3-general": 0.7})
+      >>> r.contains(project(jnp.zeros(16), r.lower, r.upper))   # float32
+      True
+      >>> r.contains(np.full(16, 1 / 16) + 1e-3 * (np.arange(16) == 0))   # sum is 1.001
+      False
+    """
+    if atol is None:
+      dtype = getattr(w, "dtype", None)
+      if dtype is None or not jnp.issubdtype(dtype, jnp.floating):
+        dtype = np.float64
+      atol = max(1e-9, 4 * max(self.n, 1) * float(jnp.finfo(dtype).eps))
     w = np.asarray(w, dtype=np.float64)
     ok = (np.all(w >= self.lower - atol, axis=-1) & np.all(w <= self.upper + atol, axis=-1)
           & (np.abs(w.sum(axis=-1) - 1) <= atol))
