@@ -15,7 +15,7 @@ with ``%matplotlib inline`` a returned Figure displays itself.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -277,21 +277,36 @@ def sharpness_curves(sigmas: ArrayLike, curves: dict[str, tuple[ArrayLike, Array
   return fig
 
 
-def run_timeline(records: Sequence[dict], *, sources: Sequence[str] = (),
+def run_timeline(records: Iterable[Mapping[str, Any]], *, sources: Sequence[str] = (),
                  expected: ArrayLike | None = None, score: ArrayLike | None = None,
                  threshold: float | None = None, marks: Sequence[tuple[int, str]] = (),
                  title: str | None = None) -> Figure:
-  """A run's step records (``metrics.jsonl`` lines with a ``loss``) as stacked panels over steps.
+  """A run's training records (``metrics.jsonl``) as stacked panels over steps.
 
-  Panels: the training loss (with ``expected``, a ``[N]`` baseline, dashed) and each source's
-  ``loss/<source>``; the ``weight/<source>`` of those sources; and, if given, a ``[N]`` ``score``
-  with its ``threshold``. ``marks`` are ``(step, label)`` drawn as vertical lines on every panel
-  (a planted event, a detector's flag).
+  ``records`` may be every line of ``metrics.jsonl``: only the training-step records, those with a
+  ``step`` and a ``loss``, are drawn; the others (the evaluation records, ``eval/...``) are
+  skipped. Of those ``N`` training records, panels: the training loss (with ``expected``, a ``[N]``
+  baseline, dashed) and each source's ``loss/<source>``; the ``weight/<source>`` of those sources;
+  and, if given, a ``[N]`` ``score`` with its ``threshold``. ``marks`` are ``(step, label)`` drawn
+  as vertical lines on every panel (a planted event, a detector's flag).
+
+  Raises:
+    ValueError: no training record, or ``expected``/``score`` not of length ``N``.
 
   Example:
-    >>> records = [r for r in logs.read_jsonl("runs/zc/metrics.jsonl") if "loss" in r]
+    >>> records = logs.read_jsonl("runs/zc/metrics.jsonl")
     >>> run_timeline(records, sources=["repo-docs"], marks=[(150, "flag")])
   """
+  records = list(records)
+  total = len(records)
+  records = [r for r in records if "step" in r and "loss" in r]
+  if not records:
+    raise ValueError(f"records holds no training record (one with 'step' and 'loss') among its "
+                     f"{total}")
+  for name, values in (("expected", expected), ("score", score)):
+    if values is not None and np.shape(values) != (len(records),):
+      raise ValueError(f"{name} must have one value per training record, shape "
+                       f"({len(records)},), got {np.shape(values)}")
   steps = np.array([r["step"] for r in records])
   panels = 3 if score is not None else 2
   fig = figure(10, 2.6 * panels + 0.4)

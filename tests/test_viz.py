@@ -114,3 +114,23 @@ def test_run_timeline_reads_the_records():
   np.testing.assert_allclose(weights.lines[0].get_ydata(), [0.5, 0.5, 0, 0])
   np.testing.assert_allclose(score.lines[0].get_ydata(), [0, 1, 9, 2])
   assert len(viz.run_timeline(records).axes) == 2
+
+
+def test_run_timeline_takes_every_line_of_metrics_jsonl():
+  # As the trainer writes it: step records, then an evaluation record (no 'loss') every 2 steps.
+  lines = []
+  for t in range(4):
+    lines.append({"step": t, "loss": 3.0 - 0.5 * t, "weight/chat": 0.25 * t})
+    if t % 2 == 1:
+      lines.append({"step": t + 1, "eval/mean_loss": 9.0, "eval/chat": 9.0, "samples": []})
+  for given in (lines, iter(lines)):  # a list, or lines read lazily
+    top, weights = viz.run_timeline(given, sources=["chat"], expected=[3, 3, 2, 2]).axes
+    np.testing.assert_allclose(top.lines[0].get_xdata(), [0, 1, 2, 3])
+    np.testing.assert_allclose(top.lines[0].get_ydata(), [3.0, 2.5, 2.0, 1.5])
+    np.testing.assert_allclose(top.lines[1].get_ydata(), [3, 3, 2, 2])
+    np.testing.assert_allclose(weights.lines[0].get_ydata(), [0, 0.25, 0.5, 0.75])
+  with pytest.raises(ValueError, match=r"expected must have one value per training record, "
+                                       r"shape \(4,\), got \(6,\)"):
+    viz.run_timeline(lines, expected=np.zeros(6))
+  with pytest.raises(ValueError, match="no training record .* among its 2"):
+    viz.run_timeline([r for r in lines if "loss" not in r])
