@@ -40,7 +40,22 @@ def release() -> None:
 
 
 def console_script() -> None:
-  """Entry point of ``andrea-train``: the handlers first, then absl, the flags and the run."""
+  """Entry point of ``andrea-train``: the handlers first, then absl, the flags and the run.
+
+  ``--help`` lists the key flags of the program's main module, which absl names ``sys.argv[0]``:
+  here that is the generated ``andrea-train`` script, while the flags belong to
+  :mod:`andrea_jax.main`; so they are declared key flags of the script too, and the script shows
+  :mod:`andrea_jax.main`'s docstring as its usage text, as ``python -m andrea_jax.main --help`` does.
+  """
   hold()
+  import sys  # pylint: disable=import-outside-toplevel
+
+  from absl import flags  # pylint: disable=import-outside-toplevel
+
   from andrea_jax import main  # pylint: disable=import-outside-toplevel
+  for flag in flags.FLAGS.get_key_flags_for_module(main.__name__):
+    flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
+  script = sys.modules.get("__main__")
+  if script is not None and not getattr(script, "__doc__", None):
+    script.__doc__ = main.__doc__
   main.run()
