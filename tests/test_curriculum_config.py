@@ -182,15 +182,42 @@ def test_spec_is_hashable_by_content_and_a_pytree():
 
 @pytest.mark.parametrize("name", ["v2_warmup", "v2_firehose", "v3_polish", "andrea_curriculum"])
 def test_experiment_configs(name):
-  path = ROOT / "experiments" / f"{name}.py"
-  module_spec = importlib.util.spec_from_file_location(name, path)
+  """andrea_curriculum.py, and tiny.py with one region for the whole run (``tiny.py:<region>``):
+  that region from step 0, under the main job's training settings (its 20-step warmup, not
+  base_config's 2000 steps, which would span the whole run)."""
+  file = "andrea_curriculum" if name == "andrea_curriculum" else "tiny"
+  module_spec = importlib.util.spec_from_file_location(file, ROOT / "experiments" / f"{file}.py")
   module = importlib.util.module_from_spec(module_spec)
   module_spec.loader.exec_module(module)
   assert "python -m andrea_jax.curriculum --config experiments/" in module.__doc__
-  config = module.get_config()
+  config = module.get_config() if file == "andrea_curriculum" else module.get_config(name)
   spec = curriculum.spec_from_config(config.curriculum)
   if name == "andrea_curriculum":
     assert config.train.num_steps == 200_000
     assert spec.geometry_names == ("v2_warmup", "v2_firehose", "v3_polish")
   else:
     assert spec.geometry_names == (name,) and spec.starts.tolist() == [0]
+    assert (config.train.num_steps, config.optim.warmup_steps) == (1000, 20)
+
+
+def test_own_data_config_samples_only_the_named_sources(tmp_path):
+  """experiments/own_data.py:<sources>: the main job with one full-simplex region over exactly the
+  named sources, read from files; a run built from it requires those sources and no other."""
+  from andrea_jax import runconfig
+  module_spec = importlib.util.spec_from_file_location("own_data",
+                                                       ROOT / "experiments" / "own_data.py")
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  config = module.get_config("gutenberg, hermes3-general")
+  assert config.data.corpus == "files" and config.train.num_steps == 1000
+  for key in ("gutenberg", "hermes3_general"):
+    (tmp_path / f"{key}.jsonl").write_text('{"text": "a"}\n')
+    config.data.files[key].paths = str(tmp_path / f"{key}.jsonl")
+  run = runconfig.build(config)
+  assert set(run.used_sources) == {"gutenberg", "hermes3-general"}
+  region = run.curriculum_spec
+  assert region.geometry_names == ("own",)
+  with pytest.raises(ValueError, match=r"unknown source\(s\) 'gutenburg'"):
+    module.get_config("gutenburg")
+  with pytest.raises(ValueError, match=r"needs the sources you have files for"):
+    module.get_config()

@@ -1,0 +1,46 @@
+r"""The main job on your own files: the curriculum over the sources you bring, and only those.
+
+  python -m andrea_jax.main --config=experiments/own_data.py:hermes3-general,gutenberg \
+      --workdir=runs/mine \
+      --config.data.files.hermes3_general.paths='/data/hermes/*.jsonl' \
+      --config.data.files.gutenberg.paths='/data/gutenberg/*.txt' \
+      --config.data.files.gutenberg.format=text
+
+The argument after ``:`` names the sources (comma-separated, the names of
+``andrea_jax.sources.SOURCES``) that have files; the run samples from them alone, on the whole
+simplex over them (no floor, no ceiling: ANDREA's three regions are written for all sixteen sources
+and would give weight to the absent ones). Everything else is ``experiments/tiny.py``'s main job:
+the model, optimizer, curriculum strategy and run length. A source named here without files, or
+with files that hold no text, stops the run before anything compiles, with the source named.
+"""
+
+import importlib.util
+import pathlib
+
+from andrea_jax.curriculum import geometry
+from andrea_jax.sources import SOURCES
+
+
+def _main_job():
+  """``experiments/tiny.py``, loaded from beside this file (the experiments are not a package)."""
+  spec = importlib.util.spec_from_file_location("tiny", pathlib.Path(__file__).with_name("tiny.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def get_config(sources: str | None = None):
+  """The main job over ``sources`` (comma-separated names), read from files."""
+  names = [s.strip() for s in (sources or "").split(",") if s.strip()]
+  if not names:
+    raise ValueError("experiments/own_data.py needs the sources you have files for, after a colon: "
+                     "--config=experiments/own_data.py:hermes3-general,gutenberg")
+  unknown = [s for s in names if s not in SOURCES]
+  if unknown:
+    raise ValueError(f"experiments/own_data.py: unknown source(s) {', '.join(map(repr, unknown))}; "
+                     f"sources are: {', '.join(SOURCES)}")
+  c = _main_job().get_config()
+  c.data.corpus = "files"
+  c.curriculum.geometries = type(c.curriculum.geometries)()
+  c.curriculum.geometries.own = geometry("own", 0, only=names)
+  return c
