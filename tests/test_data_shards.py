@@ -71,9 +71,22 @@ def test_empty_source(prepared, tmp_path):
   (tmp_path / "empty.jsonl").write_text(json.dumps({"text": ""}) + "\n")
   prepare({"smoltalk": SourceSpec((str(tmp_path / "empty.jsonl"),))}, BYTES, str(prepared),
           progress=False)
-  with pytest.raises(DataError, match=r"required source 'smoltalk' has 0 training tokens"):
+  with pytest.raises(DataError, match=r"required source 'smoltalk' has 0 training tokens \(its "
+                     r"input files hold no text\)"):
     PreparedData.open(prepared, required=SUBSET + ("smoltalk",))
   assert not PreparedData.open(prepared, required=SUBSET).has("smoltalk")
+
+
+def test_a_single_document_source_says_why_it_has_no_training_tokens(prepared, tmp_path):
+  """A text file without a separator line is one document, and a source's first document or
+  second is held out (for hermes3-general, the first: prepare_lib.eval_mask): nothing is left to
+  train on, and the error says so."""
+  (tmp_path / "book.txt").write_text("a whole book\nwith lines\n\nand paragraphs\n")
+  prepare({"hermes3-general": SourceSpec((str(tmp_path / "book.txt"),), format="text")}, BYTES,
+          str(prepared), progress=False)
+  with pytest.raises(DataError, match=r"'hermes3-general' has 0 training tokens \(its 1 document "
+                     r"went to the held-out split.*a line that is exactly '<\|endoftext\|>' sep"):
+    PreparedData.open(prepared, required=SUBSET + ("hermes3-general",))
 
 
 def test_unknown_source(prepared):

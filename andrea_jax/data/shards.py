@@ -118,7 +118,8 @@ class PreparedData:
         raise DataError(f"{where}: required source {s!r} is missing; prepare it or leave it out of "
                         "the sources the run samples from")
       if entry.get("tokens", {}).get("train", 0) == 0:
-        raise DataError(f"{where}: required source {s!r} has 0 training tokens")
+        raise DataError(f"{where}: required source {s!r} has 0 training tokens"
+                        + _why_no_training_tokens(entry))
     try:
       dtype = np.dtype(manifest["dtype"]).newbyteorder("<")
     except TypeError as e:
@@ -175,3 +176,17 @@ class PreparedData:
     return (f"PreparedData({self.path!r}, tokenizer={self.tokenizer_name!r}, "
             f"{len(present)}/{len(self.sources)} sources, "
             f"{sum(self.num_tokens(s) for s in present)} train tokens)")
+
+
+def _why_no_training_tokens(entry: dict) -> str:
+  """The likely reason a prepared source has no training tokens, for the error message."""
+  docs, tokens = entry.get("documents", {}), entry.get("tokens", {})
+  held, inputs = docs.get("eval", 0), entry.get("inputs", {})
+  if docs.get("train", 0) or tokens.get("eval", 0) <= held:   # each document adds one marker
+    return " (its input files hold no text)"
+  why = (f" (its {held} document{'s' if held > 1 else ''} went to the held-out split: a source "
+         "needs 2 documents or more, one of its first two is held out")
+  if inputs.get("format") == "text":
+    why += (f"; in a text file a line that is exactly {inputs.get('separator')!r} separates "
+            "documents, and a file without one is a single document")
+  return why + ")"
