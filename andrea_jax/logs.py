@@ -4,6 +4,15 @@
 that a resumed run reproduces exactly (losses, weights, learning rate...), so that a run interrupted and
 resumed writes the same file as an uninterrupted one. Wall-clock quantities (tokens/s, MFU) go to
 ``throughput.jsonl`` and TensorBoard.
+
+Rewinding on resume has one rule for every log: a run resumed from the checkpoint at step ``k``
+keeps the records with ``step < k`` and writes all those with ``step >= k`` itself. The trainer
+makes this true by writing every record with ``step < k`` before it saves checkpoint ``k``, and by
+making the evaluation at step ``k`` again after a resume (the interrupted run may or may not have
+written it: the last step's checkpoint can precede the final evaluation). ``metrics.jsonl``,
+``throughput.jsonl`` and ``samples.txt`` are cut by :func:`truncate_jsonl` and
+:func:`truncate_samples`; TensorBoard hides the events with ``step >= k`` of the earlier event files
+(the new file opens with a ``SessionLog.START`` at step ``k``).
 """
 
 from __future__ import annotations
@@ -11,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,28 +45,73 @@ def _py(v: Any) -> Any:
 
 
 def truncate_jsonl(path: str, last_step: int) -> None:
-  """Drop lines whose ``step`` is >= ``last_step`` (written after the checkpoint a run resumes from)."""
+  """Keep the records of ``path`` with ``step < last_step``, all written before that checkpoint.
+
+  A run resumed from the checkpoint at step ``k = last_step`` writes every record with
+  ``step >= k`` again (training steps ``k, k+1, ...`` and the evaluations at steps ``k, k+1, ...``,
+  the one at ``k`` included), so those are dropped and the file equals an uninterrupted run's. A
+  line cut by a kill ends the kept part (neither it nor anything after it was committed); a missing
+  file is left missing.
+
+  Example: records at steps ``4, 9, 10 (evaluation), 14`` and ``last_step=10`` keep ``4`` and ``9``.
+  """
   if not os.path.exists(path):
     return
   keep = []
   with open(path) as f:
     for line in f:
+      if not line.endswith("\n"):
+        break   # cut by a kill mid-write
       try:
         rec = json.loads(line)
       except json.JSONDecodeError:
-        break   # a line cut by a kill: it and everything after it were not committed
+        break
       if rec.get("step", -1) < last_step:
-        keep.append(line if line.endswith("\n") else line + "\n")
+        keep.append(line)
+  _replace(path, keep)
+
+
+_SAMPLES_HEADER = re.compile(r"=== step (\d+) ===\n")
+
+
+def truncate_samples(path: str, last_step: int) -> None:
+  """Keep the blocks of ``samples.txt`` whose header ``=== step s ===`` has ``s < last_step``.
+
+  The same rule as :func:`truncate_jsonl`: a run resumed from the checkpoint at ``last_step`` writes
+  the blocks of its evaluations at steps ``>= last_step`` (that at ``last_step`` included) again.
+  Lines before the first header are kept; a line cut by a kill ends the kept part.
+
+  Example: blocks for steps ``10`` and ``20`` and ``last_step=10`` keep nothing; ``last_step=11``
+  keeps the block of step ``10``.
+  """
+  if not os.path.exists(path):
+    return
+  keep, keeping = [], True
+  with open(path) as f:
+    for line in f:
+      if not line.endswith("\n"):
+        break
+      header = _SAMPLES_HEADER.fullmatch(line)
+      if header:
+        keeping = int(header.group(1)) < last_step
+      if keeping:
+        keep.append(line)
+  _replace(path, keep)
+
+
+def _replace(path: str, lines: list[str]) -> None:
   tmp = path + ".tmp"
   with open(tmp, "w") as f:
-    f.writelines(keep)
-  os.replace(tmp, path)
+    f.writelines(lines)
+  os.replace(tmp, path)   # atomic: a kill now leaves the old file or the new one, never half of it
 
 
 class RunLogger:
   """Appends records to ``metrics.jsonl`` / ``throughput.jsonl`` and scalars to TensorBoard.
 
-  Only process 0 writes. ``resume_step`` truncates records a killed run wrote after its last checkpoint.
+  Only process 0 writes. ``resume_step`` (the step of the checkpoint the run starts from, 0 for a
+  fresh run) rewinds the logs an earlier run left: records with ``step >= resume_step`` are dropped
+  from the ``.jsonl`` files and hidden from TensorBoard (see the module docstring).
   """
 
   def __init__(self, workdir: str, resume_step: int = 0, *, tensorboard: bool = True,
@@ -75,7 +130,10 @@ class RunLogger:
     self._throughput = open(self.throughput_path, "a")
     if tensorboard:
       from tensorboardX import SummaryWriter
-      self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"), flush_secs=30)
+      # Each run opens a new event file; its SessionLog.START at resume_step makes TensorBoard drop
+      # the earlier files' events with step >= resume_step, which this run writes again.
+      self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"), flush_secs=30,
+                               purge_step=resume_step)
 
   def write(self, record: Mapping[str, Any], *, deterministic: bool = True) -> None:
     """Write one record (must hold ``step``); numeric leaves also go to TensorBoard."""

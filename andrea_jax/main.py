@@ -57,10 +57,10 @@ def main(argv):
     else:
       final = summary.get("final_eval", {})
       mean = final.get("eval/mean_loss")
+      wrote = [f"{where}/{name}" for name in summary["outputs"]]   # only what this run wrote
       print(f"done: {summary['end_step']} steps"
             + (f", held-out mean loss {mean:.3f}" if mean is not None else "")
-            + f". Wrote {where}/metrics.jsonl, {where}/samples.txt, {where}/summary.png, "
-            f"{where}/tensorboard/ and {where}/checkpoints/")
+            + f". Wrote {', '.join(wrote[:-1])} and {wrote[-1]}")
 
 
 def run():

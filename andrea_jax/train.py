@@ -9,9 +9,11 @@ The loop, in the order a newcomer should read it:
    each process builds only its rows of the global batch);
 4. restore the newest trustworthy checkpoint of ``workdir``, if any: the resumed run is identical to an
    uninterrupted one (the batches are a pure function of (seed, step, weights), and everything else is
-   in the state);
+   in the state), and so are its logs: those of an earlier run are cut back to the records of steps
+   before the checkpoint's, all written before it was saved (see :mod:`andrea_jax.logs`);
 5. run the steps: a background thread builds batch t+1, t+2 while step t runs; metrics are read only at
-   log intervals, after the next step is dispatched, so the host never makes the device wait;
+   log intervals, after the next step is dispatched (or before an evaluation or a checkpoint, which
+   wait for the step anyway), so the host never makes the device wait;
 6. evaluate every ``eval.every`` steps, checkpoint every ``train.checkpoint_every`` steps and on
    SIGTERM/SIGINT, and at the end write ``summary.png``.
 """
@@ -175,10 +177,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   """Train (or resume) the run described by ``config`` in ``workdir``; returns a summary dict.
 
   Writes under ``workdir``: ``checkpoints/``, ``metrics.jsonl``, ``throughput.jsonl``,
-  ``tensorboard/``, ``samples.txt``, ``config.json`` and, at the end, ``summary.png``. SIGTERM and
-  SIGINT during the call stop the run at the next step boundary with a checkpoint; the keyword
-  ``early_signals`` (the signals a caller recorded before calling, see :mod:`andrea_jax.launch`)
-  acts the same way.
+  ``tensorboard/`` (``train.tensorboard``), ``samples.txt`` (when evaluations sample text),
+  ``config.json`` and, at the end, ``summary.png`` (``train.plot``); a completed run's summary
+  lists under ``outputs`` those of them it wrote (less ``config.json`` and ``throughput.jsonl``).
+  SIGTERM and SIGINT during the call stop the run at the next step boundary with a checkpoint;
+  the keyword ``early_signals`` (the signals a caller recorded before calling, see
+  :mod:`andrea_jax.launch`) acts the same way.
   """
   run = runconfig.build(config)            # validates everything; raises before any compilation
   os.makedirs(workdir, exist_ok=True)
@@ -212,6 +216,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   logger = logs.RunLogger(workdir, resume_step=start, is_writer=is_main,
                           tensorboard=config.train.tensorboard)
   evaluator = eval_lib.Evaluator(run, config, data, tokenizer, keys["eval"], workdir)
+  if is_main and evaluator.samples_path:
+    logs.truncate_samples(evaluator.samples_path, start)
 
   global_rows = config.data.global_batch_size
   # This process builds only the rows its devices hold: slot k of the global batch's P equal slices.
@@ -237,24 +243,43 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
 
   saved = set(checkpoints.all_steps())
 
+  pending = None                      # (step, metrics) dispatched but not yet read
+
+  def flush_pending():
+    nonlocal pending
+    if pending is not None:
+      _log_step(run, logger, feed, *pending, bar=bar)
+      pending = None
+
   def checkpoint(at: int):
+    # Every record of a step < at is in metrics.jsonl before checkpoint `at` exists: a run resumed
+    # from it keeps exactly those (logs.truncate_jsonl) and writes the rest again.
+    flush_pending()
     if at not in saved:
       checkpoints.save(at, state, {"step": at, "config": config.to_dict()})
       saved.add(at)
 
-  pending = None                      # (step, metrics) dispatched but not yet read
+  def evaluate(at: int):
+    flush_pending()   # the records of steps < at come first, as in a run resumed at step `at`
+    logger.write(evaluator.run(state.params, at))
+
+  def eval_due(at: int) -> bool:   # the final evaluation, at num_steps, is made after the loop
+    return bool(config.eval.every) and at % config.eval.every == 0 and 0 < at < num_steps
+
   last_log = (time.perf_counter(), start)
   summary: dict[str, Any] = {"start_step": start}
   t = start
   try:
     with signals or _Signals() as signals:
+      if eval_due(start):
+        # The interrupted run may have written it before checkpoint `start`, but its logs were cut
+        # back to the steps before `start`: an evaluation belongs to the segment that begins there.
+        evaluate(start)
       for t in range(start, num_steps):
         batch = next(batches)
         state, metrics = step_fn(state, batch)
         feed.record(t, metrics["schedule"])
-        if pending is not None:       # read the previous log step now that step t is queued
-          _log_step(run, logger, feed, *pending, bar=bar)
-          pending = None
+        flush_pending()               # read the previous log step now that step t is queued
         if (t + 1) % config.train.log_every == 0 or t + 1 == num_steps:
           pending = (t, metrics)
           now = time.perf_counter()
@@ -268,8 +293,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
             bar.set_postfix(tok_s=f"{tps:,.0f}", **({"mfu": f"{perf['mfu']:.1%}"} if peak else {}))
         if bar is not None:
           bar.update(1)
-        if config.eval.every and (t + 1) % config.eval.every == 0 and t + 1 < num_steps:
-          logger.write(evaluator.run(state.params, t + 1))
+        if eval_due(t + 1):
+          evaluate(t + 1)
         if config.train.checkpoint_every and (t + 1) % config.train.checkpoint_every == 0:
           checkpoint(t + 1)
         if signals.stop(t):
@@ -277,8 +302,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
           checkpoint(t + 1)
           summary["interrupted_at"] = t + 1
           break
-      if pending is not None:
-        _log_step(run, logger, feed, *pending, bar=bar)
+      flush_pending()
       if "interrupted_at" not in summary:
         final = evaluator.run(state.params, num_steps)
         logger.write(final)
@@ -295,6 +319,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   if is_main and config.train.plot and "interrupted_at" not in summary:
     regimes = list(zip(run.curriculum_spec.starts.tolist(), run.curriculum_spec.geometry_names))
     summary["plot"] = plots.summary_plot(workdir, run.sources, regimes)
+  if "interrupted_at" not in summary:
+    written = {"metrics.jsonl": True, "samples.txt": "samples" in summary["final_eval"],
+               "summary.png": "plot" in summary, "tensorboard/": bool(config.train.tensorboard),
+               "checkpoints/": True}
+    summary["outputs"] = [name for name, wrote in written.items() if wrote]
   return summary
 
 

@@ -1,7 +1,9 @@
 """The training system: a one-step golden test against PyTorch, the loop end to end, resume, halting."""
 
 import os
+import shutil
 import signal
+import struct
 import subprocess
 import time
 
@@ -197,6 +199,70 @@ def test_sigterm_then_resume_reproduces_the_uninterrupted_run(tmp_path, data_cac
   assert out.returncode == 0, out.stdout + out.stderr
   assert f"resuming from step {stopped_at}" in out.stdout
   assert (workdir / "metrics.jsonl").read_text() == (reference / "metrics.jsonl").read_text()
+
+
+def _tensorboard_scalars(logdir) -> list[tuple[str, int, float]]:
+  """The scalars TensorBoard shows for ``logdir``, in the order written: its event files read in
+  name order, a ``SessionLog.START`` at step s dropping the events read before it with step >= s (as
+  TensorBoard's event accumulator does). Wall-clock tags are left out."""
+  from tensorboardX.proto import event_pb2
+  shown = []
+  for name in sorted(os.listdir(logdir)):
+    data = (logdir / name).read_bytes()
+    at = 0
+    while at < len(data):   # TFRecord: u64 length, u32 crc, payload, u32 crc
+      (length,) = struct.unpack("<Q", data[at:at + 8])
+      event = event_pb2.Event.FromString(data[at + 12:at + 12 + length])
+      at += 12 + length + 4
+      if event.HasField("session_log") and event.session_log.status == event_pb2.SessionLog.START:
+        shown = [s for s in shown if s[1] < event.step]
+      for v in event.summary.value:
+        if v.tag not in ("tokens_per_s", "mfu"):
+          shown.append((v.tag, event.step, v.simple_value))
+  return shown
+
+
+@pytest.mark.slow
+def test_resuming_where_an_evaluation_was_made_rewrites_the_uninterrupted_logs(
+    tmp_path, data_cache, monkeypatch):
+  """Checkpoint 10 is saved right after the evaluation at step 10, and the killed run wrote on to
+  step 20: the resumed run's metrics.jsonl, samples.txt and TensorBoard scalars are the
+  reference's."""
+  c = small_run_config(num_steps=20)
+  c.eval.every = 10               # == train.checkpoint_every; log_every = 5
+  c.train.tensorboard = True
+  reference = tmp_path / "reference"
+  # What metrics.jsonl holds when each checkpoint is saved.
+  at_save = {}
+  save = ckpt_lib.Checkpoints.save
+  monkeypatch.setattr(ckpt_lib.Checkpoints, "save", lambda self, step, *a, **k: (
+      at_save.__setitem__(step, logs.read_jsonl(str(reference / "metrics.jsonl"))),
+      save(self, step, *a, **k))[1])
+  summary = train.train_and_evaluate(c, str(reference))
+  monkeypatch.undo()
+  records = logs.read_jsonl(str(reference / "metrics.jsonl"))
+  kinds = [(r["step"], "eval/mean_loss" in r) for r in records]
+  assert kinds == [(4, False), (9, False), (10, True), (14, False), (19, False), (20, True)]
+  # Every record of a step before k was on disk before checkpoint k was saved: a kill right after
+  # it loses none of them.
+  for k in (10, 20):
+    assert [r for r in at_save[k] if r["step"] < k] == [r for r in records if r["step"] < k], k
+  assert (reference / "samples.txt").read_text().count("=== step ") == 2
+  assert summary["outputs"] == ["metrics.jsonl", "samples.txt", "tensorboard/", "checkpoints/"]
+
+  resumed = tmp_path / "resumed"
+  shutil.copytree(reference, resumed)
+  # As if killed after writing the logs of step 20, before saving its checkpoint.
+  shutil.rmtree(resumed / "checkpoints" / "20")
+  time.sleep(1.0)   # tensorboardX names event files by the second: the resumed run's is a new one
+  summary = train.train_and_evaluate(c, str(resumed))
+  assert summary["start_step"] == 10
+  for name in ("metrics.jsonl", "samples.txt"):
+    assert (resumed / name).read_text() == (reference / name).read_text(), name
+  ours = _tensorboard_scalars(resumed / "tensorboard")
+  assert len(os.listdir(resumed / "tensorboard")) == 2
+  assert ours == _tensorboard_scalars(reference / "tensorboard")
+  assert ("eval/mean_loss", 10, pytest.approx(records[2]["eval/mean_loss"])) in ours
 
 
 def test_a_checkpoint_from_another_configuration_is_refused(tmp_path, data_cache):
