@@ -135,7 +135,9 @@ def _honour_signals(train_fn):
   start-up stops the run at its first step boundary (with a checkpoint), and one during the final
   evaluation or checkpoint lets them finish, so the process always exits cleanly."""
 
-  @functools.wraps(train_fn)
+  # Not train_fn's annotations, nor a __wrapped__ that sends introspection (help,
+  # inspect.signature) to train_fn's internal third parameter: callers call this signature.
+  @functools.wraps(train_fn, assigned=("__module__", "__name__", "__qualname__", "__doc__"))
   def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
                          early_signals: Sequence[int] = ()) -> dict:
     with _Signals() as signals:
@@ -145,6 +147,7 @@ def _honour_signals(train_fn):
         signals.deliver(early_signals[0])
       return train_fn(config, workdir, signals)
 
+  del train_and_evaluate.__wrapped__
   return train_and_evaluate
 
 
