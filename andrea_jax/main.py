@@ -5,6 +5,8 @@ after a colon (``--config=experiments/andrea120m.py:v2``). Every field of the co
 the command line; unknown fields and wrong types are rejected by ml-collections (the config is locked).
 """
 
+import sys
+
 from andrea_jax import launch
 
 if __name__ == "__main__":
@@ -43,10 +45,18 @@ def main(argv):
   # With several processes this installs JAX's preemption-service SIGTERM handler. A signal
   # recorded from here on is handed to the trainer once its own handlers are in place (never
   # dropped; with several processes passed to the service, so that all stop at the same step).
-  distributed.maybe_initialize(_CONFIG.value)
+  from andrea_jax.checkpoint import CheckpointError
   try:
+    distributed.maybe_initialize(_CONFIG.value)
     summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value,
                                        early_signals=launch.RECEIVED)
+  except (ValueError, TypeError, CheckpointError, train.TrainingHalted) as e:
+    # Bad input (an invalid config value, bad data, a damaged or untrusted checkpoint) or a halted
+    # run: the message names the field, file or step; a traceback would only bury it.
+    if flags.FLAGS["verbosity"].present:
+      raise
+    sys.exit(f"error: {e}\n(nothing was lost: the checkpoints in {_WORKDIR.value} are as they "
+             "were; --verbosity=0 shows the traceback)")
   finally:
     launch.release()   # the run is over: a signal now takes its default action again
   if jax.process_index() == 0:
