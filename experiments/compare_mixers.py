@@ -28,8 +28,10 @@ windows of every source):
   ``uniform_noise_capped`` (uniform with the noise source ``extra-06`` capped at 1/32 by hand);
   and probes fitted after the fact, ``static_fitted`` (:data:`FITTED_MIXTURE`),
   ``static_fitted_full`` (the fitted elasticities alone, no uniform half), ``static_fitted_25``
-  and ``static_fitted_75`` (a quarter and three quarters fitted, the rest uniform) and
-  ``static_refitted`` (:data:`REFITTED_MIXTURE`, the same fit on other runs).
+  and ``static_fitted_75`` (a quarter and three quarters fitted, the rest uniform),
+  ``static_refitted`` (:data:`REFITTED_MIXTURE`, the same fit on other runs), and
+  ``static_fitted_early`` and ``static_fitted_late`` (:data:`FITTED_MIXTURE` for the first or the
+  last half of the run, uniform for the other).
 
 Hyper-parameters: each tunable arm had the same budget of three settings (:data:`TUNING`, the first
 one is the package default), tried at seed ``TUNING_SEED`` (never one of the reported seeds) and
@@ -48,7 +50,8 @@ to +0.09; with a floor of 1/32 on every source +0.016 to +0.018 whatever the dis
 of random phases or bandit reward; uniform with the noise source capped +0.001. The probes fitted
 after the fact beat uniform: static_fitted 1.976 (uniform's final reached by step 672, 16% fewer
 steps), static_refitted 1.985 (706, 12%); static_fitted_25 713 (11%), static_fitted_75 684 (14.5%),
-static_fitted_full ties. The curriculum update costs 1-14 us per step, under 0.03% of a step.
+static_fitted_full ties; static_fitted_early 1.973 (675, 15.6%), static_fitted_late 1.998 (760,
+5.1%). The curriculum update costs 1-14 us per step, under 0.03% of a step.
 """
 
 from collections.abc import Sequence
