@@ -188,12 +188,13 @@ def cliff_init(num_sources: int, window: int) -> CliffState:
   if isinstance(window, bool) or not isinstance(window, int) or window < 3:
     raise ValueError(f"window must be an int >= 3, got {window!r}")
   # One buffer per field: the trainer donates the state, and XLA refuses to donate one buffer twice.
-  empty_W = lambda: jnp.full((window,), jnp.nan, jnp.float32)
-  empty_WxS = lambda: jnp.full((window, num_sources), jnp.nan, jnp.float32)
+  def empty(*shape):
+    return jnp.full(shape, jnp.nan, jnp.float32)
   return CliffState(
-      loss_W=empty_W(), x_W=empty_W(), loss_WxS=empty_WxS(),
+      loss_W=empty(window), x_W=empty(window), loss_WxS=empty(window, num_sources),
       tokens_WxS=jnp.zeros((window, num_sources), jnp.float32),
-      sorted_loss_W=empty_W(), sorted_x_W=empty_W(), sorted_loss_WxS=empty_WxS(),
+      sorted_loss_W=empty(window), sorted_x_W=empty(window),
+      sorted_loss_WxS=empty(window, num_sources),
       pos=jnp.zeros((), jnp.int32),
       count=jnp.zeros((), jnp.int32),
       last_flag_step=jnp.full((), _NEVER, jnp.int32),

@@ -33,30 +33,37 @@ def _stopped_before_start() -> bool:
 
 
 def main(argv):
+  """Validates the config, then trains; bad input ends the command with one ``error:`` line."""
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)   # orbax logs every save at INFO; --verbosity=0 shows it
   import jax
   from andrea_jax import distributed
+  from andrea_jax import runconfig
   from andrea_jax import train
+  from andrea_jax.checkpoint import CheckpointError
+  from andrea_jax.data import DataError
   if _stopped_before_start():
     return
-  # With several processes this installs JAX's preemption-service SIGTERM handler. A signal
-  # recorded from here on is handed to the trainer once its own handlers are in place (never
-  # dropped; with several processes passed to the service, so that all stop at the same step).
-  from andrea_jax.checkpoint import CheckpointError
+  kept = f"the checkpoints in {_WORKDIR.value} are as they were"
   try:
+    # With several processes this installs JAX's preemption-service SIGTERM handler. A signal
+    # recorded from here on is handed to the trainer once its own handlers are in place (never
+    # dropped; with several processes passed to the service, so that all stop at the same step).
     distributed.maybe_initialize(_CONFIG.value)
-    summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value,
-                                       early_signals=launch.RECEIVED)
-  except (ValueError, TypeError, CheckpointError, train.TrainingHalted) as e:
-    # Bad input (an invalid config value, bad data, a damaged or untrusted checkpoint) or a halted
-    # run: the message names the field, file or step; a traceback would only bury it.
-    if flags.FLAGS["verbosity"].present:
-      raise
-    sys.exit(f"error: {e}\n(nothing was lost: the checkpoints in {_WORKDIR.value} are as they "
-             "were; --verbosity=0 shows the traceback)")
+    try:
+      runconfig.build(_CONFIG.value)   # what train_and_evaluate does first: milliseconds
+    except (ValueError, TypeError) as e:
+      _fail(e, kept)                   # an invalid value, before anything ran
+    try:
+      summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value,
+                                         early_signals=launch.RECEIVED)
+    except (DataError, CheckpointError) as e:
+      _fail(e, kept)                   # raised while opening the data or the checkpoints
+    except train.TrainingHalted as e:
+      _fail(e, "the last checkpoint holds the last good state; run the command again, changed as "
+               "suggested, to resume from it")
   finally:
     launch.release()   # the run is over: a signal now takes its default action again
   if jax.process_index() == 0:
@@ -71,6 +78,18 @@ def main(argv):
       print(f"done: {summary['end_step']} steps"
             + (f", held-out mean loss {mean:.3f}" if mean is not None else "")
             + f". Wrote {', '.join(wrote[:-1])} and {wrote[-1]}")
+
+
+def _fail(error: Exception, state_of_checkpoints: str):
+  """Ends the command on bad input: the message names the field, file or step, and a traceback
+  would only bury it (``--verbosity`` given: the traceback too). Process 0 alone prints it."""
+  if flags.FLAGS["verbosity"].present:
+    raise error
+  import jax
+  if jax.process_index() == 0:
+    print(f"error: {error}\n({state_of_checkpoints}; --verbosity=0 shows the traceback)",
+          file=sys.stderr)
+  sys.exit(1)
 
 
 def run():

@@ -216,6 +216,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   elif is_main:
     print(f"starting from step 0 (no checkpoint in {checkpoints.directory})")
   num_steps = config.train.num_steps
+  if start > num_steps:   # the weights are past the run's end: nothing here could be right
+    raise ckpt_lib.CheckpointError(
+        f"the checkpoint at step {start} in {checkpoints.directory} is past train.num_steps = "
+        f"{num_steps}; resume with train.num_steps >= {start}, or use another workdir")
   logger = logs.RunLogger(workdir, resume_step=start, is_writer=is_main,
                           tensorboard=config.train.tensorboard)
   evaluator = eval_lib.Evaluator(run, config, data, tokenizer, keys["eval"], workdir)

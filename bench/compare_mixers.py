@@ -812,6 +812,10 @@ def main(argv: Sequence[str] | None = None, runner: Callable = train_runner) -> 
   parser.add_argument("--overhead-steps", type=int, default=20)
   args = parser.parse_args(argv)
   exp = load_experiment()
+  if args.d_model is not None and (args.d_model < 32 or args.d_model % 32):
+    parser.error(f"--d-model must be a positive multiple of 32 (32-wide heads), got {args.d_model}")
+  if args.layers is not None and args.layers < 1:
+    parser.error(f"--layers must be >= 1, got {args.layers}")
   args.num_steps = args.steps or (80 if args.quick else exp.NUM_STEPS)
   if args.tune:
     return tune(exp, args, runner)

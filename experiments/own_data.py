@@ -7,7 +7,7 @@ r"""The main job on your own files: the curriculum over the sources you bring, a
       --config.data.files.gutenberg.format=text
 
 The argument after ``:`` names the sources (comma-separated, the names of
-``andrea_jax.sources.SOURCES``) that have files; the run samples from them alone, on the whole
+``andrea_jax.sources.SOURCES``, with ``-`` or ``_``) that have files; the run samples from them alone, on the whole
 simplex over them (no floor, no ceiling: ANDREA's three regions are written for all sixteen sources
 and would give weight to the absent ones). Everything else is ``experiments/tiny.py``'s main job:
 the model, optimizer, curriculum strategy and run length. A source named here without files, or
@@ -31,7 +31,10 @@ def _main_job():
 
 def get_config(sources: str | None = None):
   """The main job over ``sources`` (comma-separated names), read from files."""
-  names = [s.strip() for s in (sources or "").split(",") if s.strip()]
+  # The override paths spell sources with "_" (hermes3_general): accept that spelling too.
+  keys = {s.replace("-", "_"): s for s in SOURCES}
+  names = [keys.get(s.strip(), s.strip()) for s in (sources or "").split(",") if s.strip()]
+  names = list(dict.fromkeys(names))   # a source named twice is meant once
   if not names:
     raise ValueError("experiments/own_data.py needs the sources you have files for, after a colon: "
                      "--config=experiments/own_data.py:hermes3-general,gutenberg")

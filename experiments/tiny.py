@@ -31,8 +31,11 @@ SCALE = NUM_STEPS / 200_000   # the ANDREA run is 200K steps; every step count b
 
 
 def get_config(geometry: str | None = None):
-  """The main job; with ``geometry`` (``v2_warmup``, ``v2_firehose`` or ``v3_polish``), that one
-  region of the curriculum from step 0 to the end instead of the three in turn."""
+  """The main job, or with ``geometry`` one region of its curriculum for the whole run.
+
+  ``geometry``: ``v2_warmup``, ``v2_firehose`` or ``v3_polish``, that region from step 0 to the end
+  instead of the three in turn.
+  """
   c = config_lib.base_config()
   c.train.num_steps = NUM_STEPS
   c.train.log_every = 10

@@ -337,3 +337,6 @@ def test_model_size_flags_reach_every_run(tmp_path):
     # 96 wide: three 32-wide heads and a 384-wide MLP, over --quick's one layer of 32.
     assert (c.model.num_layers, c.model.d_model, c.model.num_heads, c.model.d_mlp) == (3, 96, 3, 384)
     runconfig.build(c)                                       # still a valid run
+  for bad in (["--d-model", "100"], ["--d-model", "0"], ["--layers", "0"]):
+    with pytest.raises(SystemExit):
+      bench.main(["--out", str(tmp_path), "--quick", *bad], runner=runner)

@@ -208,15 +208,19 @@ def test_own_data_config_samples_only_the_named_sources(tmp_path):
                                                        ROOT / "experiments" / "own_data.py")
   module = importlib.util.module_from_spec(module_spec)
   module_spec.loader.exec_module(module)
-  config = module.get_config("gutenberg, hermes3-general")
+  config = module.get_config("gutenberg, hermes3_general,gutenberg")   # spellings, a repeat
   assert config.data.corpus == "files" and config.train.num_steps == 1000
   for key in ("gutenberg", "hermes3_general"):
     (tmp_path / f"{key}.jsonl").write_text('{"text": "a"}\n')
     config.data.files[key].paths = str(tmp_path / f"{key}.jsonl")
   run = runconfig.build(config)
   assert set(run.used_sources) == {"gutenberg", "hermes3-general"}
-  region = run.curriculum_spec
-  assert region.geometry_names == ("own",)
+  spec = run.curriculum_spec
+  assert spec.geometry_names == ("own",)
+  # The region: every other source pinned at 0, these two free in [0, 1].
+  upper_S = np.asarray(spec.uppers)[0]
+  assert {s for s, u in zip(SOURCES, upper_S) if u > 0} == {"gutenberg", "hermes3-general"}
+  assert upper_S.max() == 1.0
   with pytest.raises(ValueError, match=r"unknown source\(s\) 'gutenburg'"):
     module.get_config("gutenburg")
   with pytest.raises(ValueError, match=r"needs the sources you have files for"):

@@ -6,9 +6,9 @@ import sys
 from conftest import REPO
 
 
-def _main(tmp_path, *overrides):
+def _main(tmp_path, *overrides, config="tiny.py"):
   return subprocess.run([sys.executable, "-m", "andrea_jax.main",
-                         f"--config={REPO / 'experiments' / 'tiny.py'}",
+                         f"--config={REPO / 'experiments' / config}",
                          f"--workdir={tmp_path / 'run'}", *overrides],
                         cwd=REPO, capture_output=True, text=True, timeout=300)
 
@@ -25,3 +25,22 @@ def test_verbosity_shows_the_traceback(tmp_path):
   out = _main(tmp_path, "--config.optim.peak_lr=-1", "--verbosity=0")
   assert out.returncode == 1
   assert "Traceback" in out.stderr and "ValueError: optim.peak_lr must be > 0" in out.stderr
+
+
+def test_bad_data_is_one_clear_line_naming_the_file(tmp_path):
+  """A text file without a separator line is one document, held out for hermes3-general: no
+  training tokens, found while opening the data (after validation)."""
+  book = tmp_path / "book.txt"
+  book.write_text("one long document\nwithout a separator line\n")
+  out = _main(tmp_path, f"--config.data.files.hermes3_general.paths={book}",
+              "--config.data.files.hermes3_general.format=text",
+              f"--config.data.cache_dir={tmp_path / 'cache'}",
+              config="own_data.py:hermes3-general")
+  assert out.returncode == 1, out.stdout + out.stderr
+  first = next(line for line in out.stderr.splitlines() if line.startswith("error: "))
+  assert first.startswith(f"error: {tmp_path / 'cache'}") and first.endswith(
+      "manifest.json: required source 'hermes3-general' has 0 training tokens (its 1 document "
+      "went to the held-out split: a source needs 2 documents or more, one of its first two is "
+      "held out; in a text file a line that is exactly '<|endoftext|>' separates documents, and a "
+      "file without one is a single document)"), out.stderr
+  assert "Traceback" not in out.stderr

@@ -163,3 +163,15 @@ def test_is_feasible(maybe_jit):
   got = maybe_jit(jax.vmap(is_feasible))(lowers, jnp.stack([hermes_out, oasst_out]))
   np.testing.assert_array_equal(got, [False, True])
   np.testing.assert_array_equal(f(lowers, jnp.stack([hermes_out, oasst_out])), [False, True])
+
+
+def test_half_precision_points_are_judged_as_float32():
+  """float16's eps is 2^-10: 4 n eps = 0.0625 at n = 16 would pass a point 0.04 under the 0.7
+  floor. Half-precision input gets float32's tolerance, 64 * 2^-23 = 7.6e-6."""
+  r = _polish_floors()
+  w_16 = r.lower.copy()
+  w_16[1] += 1 - w_16.sum()
+  off_16 = w_16 + 0.04 * ((np.arange(16) == 1).astype(float) - (np.arange(16) == 0))
+  for dtype in (jnp.float16, jnp.bfloat16):
+    assert not r.contains(jnp.asarray(off_16, dtype)), dtype     # 0.66 < 0.7
+    assert r.contains(jnp.asarray(off_16, dtype), atol=0.1), dtype   # loosened knowingly

@@ -269,6 +269,15 @@ def test_a_checkpoint_from_another_configuration_is_refused(tmp_path, data_cache
   c = small_run_config(num_steps=10)
   c.eval.sample_tokens = 0
   train.train_and_evaluate(c, str(tmp_path))
+  # Resumed with a run shorter than the checkpoint's step: refused, nothing written or saved.
+  metrics = (tmp_path / "metrics.jsonl").read_text()
+  shorter = small_run_config(num_steps=5)
+  shorter.eval.sample_tokens = 0
+  with pytest.raises(ckpt_lib.CheckpointError, match=r"the checkpoint at step 10 in .* is past "
+                     r"train.num_steps = 5; resume with train.num_steps >= 10"):
+    train.train_and_evaluate(shorter, str(tmp_path))
+  assert (tmp_path / "metrics.jsonl").read_text() == metrics
+  assert sorted(os.listdir(tmp_path / "checkpoints")) == ["10"]
   c.model.d_model = 64
   with pytest.raises(ckpt_lib.CheckpointError, match=r"has shape .* in the checkpoint but"):
     train.train_and_evaluate(c, str(tmp_path))

@@ -122,7 +122,7 @@ def test_run_timeline_takes_every_line_of_metrics_jsonl():
   for t in range(4):
     lines.append({"step": t, "loss": 3.0 - 0.5 * t, "weight/chat": 0.25 * t})
     if t % 2 == 1:
-      lines.append({"step": t + 1, "eval/mean_loss": 9.0, "eval/chat": 9.0, "samples": []})
+      lines.append({"step": t + 1, "eval/mean_loss": 9.0, "eval/loss/chat": 9.0, "samples": []})
   for given in (lines, iter(lines)):  # a list, or lines read lazily
     top, weights = viz.run_timeline(given, sources=["chat"], expected=[3, 3, 2, 2]).axes
     np.testing.assert_allclose(top.lines[0].get_xdata(), [0, 1, 2, 3])

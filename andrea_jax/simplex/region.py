@@ -188,7 +188,10 @@ class Region:
       dtype = getattr(w, "dtype", None)
       if dtype is None or not jnp.issubdtype(dtype, jnp.floating):
         dtype = np.float64
-      atol = max(1e-9, 4 * max(self.n, 1) * float(jnp.finfo(dtype).eps))
+      # float16 and bfloat16 are judged as float32: their eps (1e-3, 8e-3) would pass points a
+      # whole percent off a bound; pass ``atol`` to loosen it knowingly.
+      eps = min(float(jnp.finfo(dtype).eps), float(jnp.finfo(jnp.float32).eps))
+      atol = max(1e-9, 4 * max(self.n, 1) * eps)
     w = np.asarray(w, dtype=np.float64)
     ok = (np.all(w >= self.lower - atol, axis=-1) & np.all(w <= self.upper + atol, axis=-1)
           & (np.abs(w.sum(axis=-1) - 1) <= atol))
