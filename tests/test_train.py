@@ -265,6 +265,24 @@ def test_resuming_where_an_evaluation_was_made_rewrites_the_uninterrupted_logs(
   assert ("eval/mean_loss", 10, pytest.approx(records[2]["eval/mean_loss"])) in ours
 
 
+def test_resuming_with_misaligned_cadences_rewrites_the_uninterrupted_logs(tmp_path, data_cache):
+  """Evaluations every 6 steps, logs every 4, checkpoints every 10: none coincide at 10. The run
+  resumed from checkpoint 10 writes the reference's metrics.jsonl and samples.txt; the records
+  before step 10 (logs at 3, 7; evaluation at 6) are the only ones it keeps."""
+  c = small_run_config(num_steps=20)
+  c.train.log_every = 4
+  c.eval.every = 6
+  reference, resumed = tmp_path / "reference", tmp_path / "resumed"
+  train.train_and_evaluate(c, str(reference))
+  shutil.copytree(reference, resumed)
+  shutil.rmtree(resumed / "checkpoints" / "20")
+  logs.truncate_jsonl(str(resumed / "metrics.jsonl"), 10)   # what the resumed run keeps
+  assert [r["step"] for r in logs.read_jsonl(str(resumed / "metrics.jsonl"))] == [3, 6, 7]
+  assert train.train_and_evaluate(c, str(resumed))["start_step"] == 10
+  for name in ("metrics.jsonl", "samples.txt"):
+    assert (resumed / name).read_text() == (reference / name).read_text(), name
+
+
 def test_a_checkpoint_from_another_configuration_is_refused(tmp_path, data_cache):
   c = small_run_config(num_steps=10)
   c.eval.sample_tokens = 0
