@@ -225,3 +225,46 @@ def test_own_data_config_samples_only_the_named_sources(tmp_path):
     module.get_config("gutenburg")
   with pytest.raises(ValueError, match=r"needs the sources you have files for"):
     module.get_config()
+
+
+def test_static_mixture_is_the_static_strategys_mixture():
+  """``curriculum.static_mixture``: relative weights, normalised, held by strategy "static" (then
+  projected onto the region). chat 3 and the noise source 0, the others 1: 3/17 and 1/17."""
+  from andrea_jax.curriculum import geometry, simulate
+  c = curriculum.curriculum_config()
+  c.strategy = "static"
+  c.geometries = ml_collections.ConfigDict({"full": geometry("full", 0)})
+  c.static_mixture.chat = 3.0
+  c.static_mixture.extra_06 = 0.0
+  spec = curriculum.spec_from_config(c)
+  want_S = np.array([3.0 if s == "chat" else 0.0 if s == "extra-06" else 1.0 for s in SOURCES])
+  want_S /= 17.0
+  np.testing.assert_allclose(spec.mixture, want_S, rtol=1e-6)
+  w_NxS = simulate.simulate(spec, jax.random.key(0), 60).weights
+  np.testing.assert_allclose(w_NxS, np.broadcast_to(want_S, w_NxS.shape), atol=1e-6)
+  # The default is uniform, and a different mixture is a different spec (no stale compilation).
+  c.static_mixture.chat, c.static_mixture.extra_06 = 1.0, 1.0
+  uniform = curriculum.spec_from_config(c)
+  np.testing.assert_allclose(uniform.mixture, np.full(16, 1 / 16), rtol=1e-6)
+  assert uniform != spec
+
+
+@pytest.mark.parametrize("value, message", [
+    (-1.0, r"curriculum.static_mixture.chat = -1.0 is negative"),
+    (float("nan"), r"curriculum.static_mixture.chat must be finite"),
+])
+def test_static_mixture_rejects_bad_weights(value, message):
+  c = curriculum.curriculum_config()
+  with c.unlocked():
+    c.static_mixture.chat = value
+  with pytest.raises((ValueError, TypeError), match=message):
+    curriculum.spec_from_config(c)
+  c = curriculum.curriculum_config()
+  for key in c.static_mixture.keys():
+    c.static_mixture[key] = 0.0
+  with pytest.raises(ValueError, match=r"curriculum.static_mixture: every weight is 0"):
+    curriculum.spec_from_config(c)
+  with c.unlocked():
+    c.static_mixture.nonsense = 1.0
+  with pytest.raises(ValueError, match=r"unknown source 'nonsense' in curriculum.static_mixture"):
+    curriculum.spec_from_config(c)

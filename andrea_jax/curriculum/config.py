@@ -177,6 +177,9 @@ def curriculum_config(geometries: ml_collections.ConfigDict | None = None
   # projected onto each region), "exp3" (ODM's EXP3 mixture projected onto each region) or
   # "elastic" (shares in proportion to each source's log-time learning rate, projected)
   c.strategy = "andrea"
+  # strategy "static": each source's relative weight (normalised; all equal = the uniform mixture),
+  # the mixture then projected onto each region, e.g. one fitted on small proxy runs
+  c.static_mixture = ml_collections.ConfigDict({k: 1.0 for k in _keys(SOURCES)})
   c.phase_min_steps = 7  # shortest phase, steps (> decision_lag + 1)
   c.phase_max_steps = 42  # longest phase, steps; lengths are uniform in [min, max]
   c.random_share = 0.25  # probability that a phase is random ("andrea" only; 0/1 for the others)
@@ -213,6 +216,8 @@ class CurriculumSpec:
     exp3: the EXP3 mixer's parameters (strategy ``"exp3"``).
     elastic: the elastic mixer's parameters (strategy ``"elastic"``, bandit reward ``"log_rate"``).
     bandit_reward_code: index in :data:`BANDIT_REWARDS` of what bandit phases rank sources by.
+    static_mixture: ``[S]`` float32 summing to 1, strategy ``"static"``'s mixture before it is
+      projected onto each region; None = uniform (see :attr:`mixture`).
   """
   sources: tuple[str, ...]
   geometry_names: tuple[str, ...]
@@ -229,9 +234,11 @@ class CurriculumSpec:
   exp3: Exp3Params = Exp3Params()
   elastic: ElasticParams = ElasticParams()
   bandit_reward_code: int = 0
+  static_mixture: np.ndarray | None = None
 
   _LEAVES = ("starts", "lowers", "uppers", "strategy_code", "phase_min_steps", "phase_max_steps",
-             "random_share", "eta", "bandit", "exp3", "elastic", "bandit_reward_code")
+             "random_share", "eta", "bandit", "exp3", "elastic", "bandit_reward_code",
+             "static_mixture")
 
   def tree_flatten(self):
     return (tuple(getattr(self, n) for n in self._LEAVES),
@@ -251,7 +258,14 @@ class CurriculumSpec:
             np.asarray(self.lowers).tobytes(), np.asarray(self.uppers).tobytes(),
             self.strategy_code, self.phase_min_steps, self.phase_max_steps, self.random_share,
             self.eta, self.decision_lag, self.bandit, self.exp3, self.elastic,
-            self.bandit_reward_code)
+            self.bandit_reward_code, np.asarray(self.mixture).tobytes())
+
+  @property
+  def mixture(self) -> np.ndarray:
+    """``[S]`` float32, strategy ``"static"``'s mixture before projection (uniform by default)."""
+    if self.static_mixture is None:
+      return np.full(len(self.sources), 1.0 / len(self.sources), np.float32)
+    return self.static_mixture
 
   def __eq__(self, other):
     return isinstance(other, CurriculumSpec) and self._key() == other._key()
@@ -422,4 +436,32 @@ def spec_from_config(config: ml_collections.ConfigDict, sources: Sequence[str] =
       uppers=np.stack([r.upper for _, r, _ in entries]),
       strategy_code=STRATEGIES.index(strategy), phase_min_steps=lo, phase_max_steps=hi,
       random_share=float(share), eta=float(eta), decision_lag=lag, bandit=bandit, exp3=exp3,
-      elastic=elastic, bandit_reward_code=BANDIT_REWARDS.index(reward))
+      elastic=elastic, bandit_reward_code=BANDIT_REWARDS.index(reward),
+      static_mixture=_static_mixture(c.get("static_mixture"), sources))
+
+
+def _static_mixture(given, sources: Sequence[str]) -> np.ndarray:
+  """``curriculum.static_mixture`` (source -> relative weight, missing = 1) normalised, ``[S]``.
+
+  A built-in source the run does not have may stay at its default 1 (the section lists all
+  sixteen); set to anything else, or any other unknown name, it is an error.
+  """
+  where = "curriculum.static_mixture"
+  given = {} if given is None else given
+  if not isinstance(given, (ml_collections.ConfigDict, Mapping)):
+    raise TypeError(f"{where} must map source names to relative weights, got {given!r}")
+  keys = _keys(sources)
+  w_S = np.ones(len(sources))
+  builtin = _keys(SOURCES)
+  for k, v in dict(given).items():
+    if k not in keys and k not in sources:
+      if (k in builtin or k in SOURCES) and v == 1.0:
+        continue   # the section's default entry for a built-in source this run does not have
+      raise ValueError(f"unknown source {k!r} in {where}; known sources are: {', '.join(sources)}")
+    v = _number(f"{where}.{k}", v)
+    if v < 0:
+      raise ValueError(f"{where}.{k} = {v} is negative: weights are relative shares, >= 0")
+    w_S[list(sources).index(keys.get(k, k))] = v
+  if w_S.sum() <= 0:
+    raise ValueError(f"{where}: every weight is 0; at least one source needs a positive weight")
+  return (w_S / w_S.sum()).astype(np.float32)

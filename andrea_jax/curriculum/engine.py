@@ -172,6 +172,9 @@ def _key_data(key: jax.Array) -> jax.Array:
 def init(spec: CurriculumSpec, key: jax.Array) -> CurriculumState:
   """The state before step 0: phase 0 decided, its weights covering steps ``0..decision_lag``+.
 
+  Phase 0 is a fixed phase: strategy ``"static"``'s mixture, the uniform one for the others,
+  projected onto the first region.
+
   Args:
     spec: the static curriculum (:func:`spec_from_config`).
     key: a PRNG key (typed or raw ``uint32[2]``); the curriculum's only source of randomness.
@@ -185,7 +188,10 @@ def init(spec: CurriculumSpec, key: jax.Array) -> CurriculumState:
   key = _key_data(key)
   num = spec.num_sources
   lower, upper, _ = _bounds(spec, jnp.int32(0), jnp.zeros((num,), bool))
-  w_S = simplex.project(jnp.full((num,), 1.0 / num, jnp.float32), lower, upper)
+  # Phase 0 is fixed: the static strategy's own mixture, uniform for the mixers (nothing observed).
+  start_S = jnp.where(spec.strategy_code == STRATEGIES.index("static"),
+                      jnp.asarray(spec.mixture, jnp.float32), jnp.full((num,), 1.0 / num))
+  w_S = simplex.project(start_S.astype(jnp.float32), lower, upper)
   length = _phase_length(spec, jax.random.fold_in(jax.random.wrap_key_data(key), 0), jnp.int32(0))
   two = lambda x: jnp.stack([x, x])
   return CurriculumState(
@@ -224,7 +230,7 @@ def _decide(spec: CurriculumSpec, state: CurriculumState) -> CurriculumState:
     return ((1 - spec.eta) * here_S + spec.eta * vertex_S).astype(jnp.float32)
 
   def fixed_phase():
-    return jnp.full((spec.num_sources,), 1.0 / spec.num_sources, jnp.float32)
+    return jnp.asarray(spec.mixture, jnp.float32)
 
   def exp3_phase():
     return exp3_lib.distribution(spec.exp3, state.exp3, start + 1, upper > 0)
