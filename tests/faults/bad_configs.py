@@ -248,6 +248,10 @@ def breakages() -> st.SearchStrategy[Breakage]:
       _float_field("curriculum.elastic.uniform_mix", 0, 1),
       _int_field("curriculum.elastic.burn_in", 0),
       _float_field("curriculum.elastic.forget", 0, math.inf),
+      _float_field("curriculum.static_mixture.chat", 0, math.inf),
+      _float_field("curriculum.static_mixture.extra_06", 0, math.inf),
+      st.just(Breakage("cross-field", "static_mixture: every weight is 0",
+                       tuple(Set(f"curriculum.static_mixture.{k}", 0.0) for k in SOURCE_KEYS))),
       _float_field("curriculum.exp3.smoothing", 0, 1, high_open=True),
       _float_field("curriculum.exp3.lr_scale", 0, math.inf),
       # cliff
