@@ -9,7 +9,8 @@ weight vector ``w`` (a point of the region in force when it starts):
 * a *bandit* phase moves toward the UCB-optimal vertex ``v`` of the region
   (:func:`andrea_jax.simplex.greedy_vertex` of the bandit's indices, ties broken at random):
   ``w <- (1 - eta) w + eta v``;
-* strategy ``"static"``: the projection of the uniform mixture onto the region, every phase (with
+* strategy ``"static"``: the projection of ``curriculum.static_mixture`` (uniform by default)
+  onto the region, every phase (for the uniform default, with
   ANDREA's geometries this is *not* one uniform mixture over the run's sources: 1/7 on the seven
   warmup sources, then 1/16 each, then the polish region's projection, ``hermes3-general`` at 0.7
   and 0.3/13 on each of the 13 other allowed sources; a single full-simplex geometry gives the
