@@ -21,6 +21,7 @@ import json
 import math
 import os
 import re
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -131,9 +132,11 @@ class RunLogger:
     if tensorboard:
       from tensorboardX import SummaryWriter
       # Each run opens a new event file; its SessionLog.START at resume_step makes TensorBoard drop
-      # the earlier files' events with step >= resume_step, which this run writes again.
+      # the earlier files' events with step >= resume_step, which this run writes again. The file is
+      # named by the second and opened with "wb": a nanosecond suffix keeps a run resumed within
+      # the same second from overwriting the last one's file, and sorts it after that file.
       self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"), flush_secs=30,
-                               purge_step=resume_step)
+                               purge_step=resume_step, filename_suffix=f".{time.time_ns()}")
 
   def write(self, record: Mapping[str, Any], *, deterministic: bool = True) -> None:
     """Write one record (must hold ``step``); numeric leaves also go to TensorBoard."""

@@ -69,3 +69,27 @@ def data_cache(tmp_path_factory):
     os.environ.pop("ANDREA_JAX_CACHE", None)
   else:
     os.environ["ANDREA_JAX_CACHE"] = old
+
+
+def tensorboard_scalars(logdir) -> list[tuple[str, int, float]]:
+  """The scalars TensorBoard shows for ``logdir``, in the order written: its event files read in
+  name order, a ``SessionLog.START`` at step s dropping the events read before it with step >= s (as
+  TensorBoard's event accumulator does). Wall-clock tags are left out."""
+  import os
+  import struct
+
+  from tensorboardX.proto import event_pb2
+  shown = []
+  for name in sorted(os.listdir(logdir)):
+    data = (logdir / name).read_bytes()
+    at = 0
+    while at < len(data):   # TFRecord: u64 length, u32 crc, payload, u32 crc
+      (length,) = struct.unpack("<Q", data[at:at + 8])
+      event = event_pb2.Event.FromString(data[at + 12:at + 12 + length])
+      at += 12 + length + 4
+      if event.HasField("session_log") and event.session_log.status == event_pb2.SessionLog.START:
+        shown = [s for s in shown if s[1] < event.step]
+      for v in event.summary.value:
+        if v.tag not in ("tokens_per_s", "mfu"):
+          shown.append((v.tag, event.step, v.simple_value))
+  return shown

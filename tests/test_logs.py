@@ -1,6 +1,7 @@
 """Rewinding the run logs on resume: one rule, ``step < k`` kept, for metrics and samples alike."""
 
 import json
+import os
 
 from andrea_jax import logs
 
@@ -60,3 +61,29 @@ def test_truncate_samples_applies_the_same_rule_to_blocks(tmp_path):
   path.write_text(SAMPLES_10 + SAMPLES_20[:30])
   logs.truncate_samples(str(path), 100)   # only complete lines survive, whatever the step
   assert path.read_text() == SAMPLES_10 + SAMPLES_20[:SAMPLES_20.index("\n") + 1]
+
+
+def test_a_run_resumed_within_the_same_second_keeps_both_event_files(tmp_path, monkeypatch):
+  """tensorboardX names an event file by the second and opens it with "wb": without a suffix, a
+  run resumed within the second of the last one overwrote its file and lost steps 0..k-1. Both
+  files are kept, in the order written, and TensorBoard shows the first run's steps before the
+  resume step and the resumed run's from it on."""
+  import tensorboardX.event_file_writer
+  from conftest import tensorboard_scalars
+
+  clock = tensorboardX.event_file_writer.time
+  monkeypatch.setattr(clock, "time", lambda: 1_764_512_345.25)   # both runs open in this second
+  first = logs.RunLogger(str(tmp_path), 0)
+  for step in range(6):
+    first.write({"step": step, "loss": 10.0 - step})
+  first.close()
+  resumed = logs.RunLogger(str(tmp_path), 3)
+  for step in range(3, 6):
+    resumed.write({"step": step, "loss": 100.0 - step})
+  resumed.close()
+  monkeypatch.undo()
+  names = sorted(os.listdir(tmp_path / "tensorboard"))
+  assert len(names) == 2 and all(".tfevents.1764512345." in n for n in names)
+  assert tensorboard_scalars(tmp_path / "tensorboard") == [
+      ("loss", 0, 10.0), ("loss", 1, 9.0), ("loss", 2, 8.0),
+      ("loss", 3, 97.0), ("loss", 4, 96.0), ("loss", 5, 95.0)]

@@ -3,7 +3,6 @@
 import os
 import shutil
 import signal
-import struct
 import subprocess
 import time
 
@@ -19,7 +18,7 @@ from andrea_jax import runconfig
 from andrea_jax import step as step_lib
 from andrea_jax import train
 from andrea_jax.model import init_params
-from conftest import REPO, small_run_config
+from conftest import REPO, small_run_config, tensorboard_scalars
 from faults import harness
 
 
@@ -201,27 +200,6 @@ def test_sigterm_then_resume_reproduces_the_uninterrupted_run(tmp_path, data_cac
   assert (workdir / "metrics.jsonl").read_text() == (reference / "metrics.jsonl").read_text()
 
 
-def _tensorboard_scalars(logdir) -> list[tuple[str, int, float]]:
-  """The scalars TensorBoard shows for ``logdir``, in the order written: its event files read in
-  name order, a ``SessionLog.START`` at step s dropping the events read before it with step >= s (as
-  TensorBoard's event accumulator does). Wall-clock tags are left out."""
-  from tensorboardX.proto import event_pb2
-  shown = []
-  for name in sorted(os.listdir(logdir)):
-    data = (logdir / name).read_bytes()
-    at = 0
-    while at < len(data):   # TFRecord: u64 length, u32 crc, payload, u32 crc
-      (length,) = struct.unpack("<Q", data[at:at + 8])
-      event = event_pb2.Event.FromString(data[at + 12:at + 12 + length])
-      at += 12 + length + 4
-      if event.HasField("session_log") and event.session_log.status == event_pb2.SessionLog.START:
-        shown = [s for s in shown if s[1] < event.step]
-      for v in event.summary.value:
-        if v.tag not in ("tokens_per_s", "mfu"):
-          shown.append((v.tag, event.step, v.simple_value))
-  return shown
-
-
 @pytest.mark.slow
 def test_resuming_where_an_evaluation_was_made_rewrites_the_uninterrupted_logs(
     tmp_path, data_cache, monkeypatch):
@@ -254,14 +232,13 @@ def test_resuming_where_an_evaluation_was_made_rewrites_the_uninterrupted_logs(
   shutil.copytree(reference, resumed)
   # As if killed after writing the logs of step 20, before saving its checkpoint.
   shutil.rmtree(resumed / "checkpoints" / "20")
-  time.sleep(1.0)   # tensorboardX names event files by the second: the resumed run's is a new one
   summary = train.train_and_evaluate(c, str(resumed))
   assert summary["start_step"] == 10
   for name in ("metrics.jsonl", "samples.txt"):
     assert (resumed / name).read_text() == (reference / name).read_text(), name
-  ours = _tensorboard_scalars(resumed / "tensorboard")
+  ours = tensorboard_scalars(resumed / "tensorboard")
   assert len(os.listdir(resumed / "tensorboard")) == 2
-  assert ours == _tensorboard_scalars(reference / "tensorboard")
+  assert ours == tensorboard_scalars(reference / "tensorboard")
   assert ("eval/mean_loss", 10, pytest.approx(records[2]["eval/mean_loss"])) in ours
 
 
