@@ -239,14 +239,76 @@ def test_static_mixture_is_the_static_strategys_mixture():
   spec = curriculum.spec_from_config(c)
   want_S = np.array([3.0 if s == "chat" else 0.0 if s == "extra-06" else 1.0 for s in SOURCES])
   want_S /= 17.0
-  np.testing.assert_allclose(spec.mixture, want_S, rtol=1e-6)
+  np.testing.assert_allclose(spec.mixture, want_S[None], rtol=1e-6)
   w_NxS = simulate.simulate(spec, jax.random.key(0), 60).weights
   np.testing.assert_allclose(w_NxS, np.broadcast_to(want_S, w_NxS.shape), atol=1e-6)
   # The default is uniform, and a different mixture is a different spec (no stale compilation).
   c.static_mixture.chat, c.static_mixture.extra_06 = 1.0, 1.0
   uniform = curriculum.spec_from_config(c)
-  np.testing.assert_allclose(uniform.mixture, np.full(16, 1 / 16), rtol=1e-6)
+  np.testing.assert_allclose(uniform.mixture, np.full((1, 16), 1 / 16), rtol=1e-6)
   assert uniform != spec
+
+
+def test_a_mixture_per_geometry_is_a_mixture_schedule():
+  """Three geometries: a proxy-style mixture (chat 3, dictionary 2, the rest 1: 3/19, 2/19,
+  1/19), then the curriculum's default (uniform) on the full simplex, then a region with a floor
+  and a mixture the floor binds: the projection keeps the floor and scales the rest (worked out
+  here). Held at every step of a simulated run, the phases cut at the boundaries."""
+  from andrea_jax.curriculum import geometry, simulate
+  c = curriculum.curriculum_config()
+  c.strategy = "static"
+  c.geometries = ml_collections.ConfigDict({
+      "proxy": geometry("proxy", 0, mixture={"chat": 3, "dictionary": 2}),
+      "plain": geometry("plain", 300),
+      # extra-01 >= 0.5; its mixture gives 1/2 to chat and 1/30 to each of the 15 others.
+      "floored": geometry("floored", 600, floors={"extra-01": 0.5}, mixture={"chat": 15.0}),
+  })
+  spec = curriculum.spec_from_config(c)
+  proxy_S = np.array([3.0 if s == "chat" else 2.0 if s == "dictionary" else 1.0
+                      for s in SOURCES]) / 19
+  # Projection onto {w_extra01 >= 0.5, sum 1}: the mixture (1/2 chat, 1/30 others) minus a
+  # common shift tau on the free sources, extra-01 raised to 0.5: 0.5 + (1/2 - tau) +
+  # 14 (1/30 - tau) = 1 gives tau = 7/15 / 15 = 7/225, every free weight stays positive.
+  tau = 7 / 225
+  floored_S = np.array([0.5 - tau if s == "chat" else 0.5 if s == "extra-01" else 1 / 30 - tau
+                        for s in SOURCES])
+  np.testing.assert_allclose(floored_S.sum(), 1.0)
+  w_NxS = simulate.simulate(spec, jax.random.key(0), 900).weights
+  np.testing.assert_allclose(w_NxS[:300], np.broadcast_to(proxy_S, (300, 16)), atol=1e-6)
+  np.testing.assert_allclose(w_NxS[300:600], 1 / 16, atol=1e-6)
+  np.testing.assert_allclose(w_NxS[600:], np.broadcast_to(floored_S, (300, 16)), atol=1e-6)
+
+
+@pytest.mark.parametrize("strategy", ["andrea", "exp3", "elastic"])
+def test_a_geometry_mixture_on_another_strategy_is_refused(strategy):
+  from andrea_jax.curriculum import geometry
+  c = curriculum.curriculum_config()
+  c.strategy = strategy
+  c.geometries = ml_collections.ConfigDict({"proxy": geometry("proxy", 0, mixture={"chat": 3})})
+  with pytest.raises(ValueError, match=r"curriculum.geometries.proxy.mixture is set, but only "
+                     r"strategy 'static' holds a mixture; curriculum.strategy is '" + strategy):
+    curriculum.spec_from_config(c)
+
+
+@pytest.mark.parametrize("mixture, message", [
+    ({"chat": -1.0}, r"curriculum.geometries.proxy.mixture.chat = -1.0 is negative"),
+    ({"chat": float("nan")}, r"curriculum.geometries.proxy.mixture.chat must be finite"),
+    ({"nonsense": 2.0}, r"unknown source 'nonsense' in curriculum.geometries.proxy.mixture"),
+    ({s: 0.0 for s in SOURCES}, r"curriculum.geometries.proxy.mixture: every weight is 0"),
+])
+def test_a_bad_geometry_mixture_names_the_field(mixture, message):
+  from andrea_jax.curriculum import geometry
+  with pytest.raises((ValueError, TypeError), match=message):
+    geometry("proxy", 0, mixture=mixture)
+  # Set in a config directly (as a command-line override would), spec_from_config says the same.
+  c = curriculum.curriculum_config()
+  c.strategy = "static"
+  c.geometries = ml_collections.ConfigDict({"proxy": geometry("proxy", 0)})
+  with c.unlocked():
+    c.geometries.proxy.mixture = ml_collections.ConfigDict(
+        {curriculum.source_key(k) if k in SOURCES else k: v for k, v in mixture.items()})
+  with pytest.raises((ValueError, TypeError), match=message):
+    curriculum.spec_from_config(c)
 
 
 @pytest.mark.parametrize("value, message", [

@@ -66,8 +66,8 @@ def _names(value: str | Sequence[str]) -> str:
 
 def geometry(name: str, start_step: int, *, floors: Mapping[str, float] | None = None,
              ceilings: Mapping[str, float] | None = None, only: Sequence[str] | None = None,
-             exclude: Sequence[str] = (), sources: Sequence[str] = SOURCES
-             ) -> ml_collections.ConfigDict:
+             exclude: Sequence[str] = (), sources: Sequence[str] = SOURCES,
+             mixture: Mapping[str, float] | None = None) -> ml_collections.ConfigDict:
   """One geometry entry (to store under ``geometries.<name>``), validated now.
 
   Args:
@@ -76,6 +76,10 @@ def geometry(name: str, start_step: int, *, floors: Mapping[str, float] | None =
     floors, ceilings: ``{source name: weight}``; the others get floor 0 and ceiling 1.
     only: if given, the only sources that may have weight; exclude: sources pinned at 0.
     sources: the source order.
+    mixture: strategy ``"static"`` only: ``{source name: relative weight}`` (a source left out
+      keeps 1) held while this geometry is in force, in place of ``curriculum.static_mixture``;
+      projected onto the region like it. Geometries in turn, each with its mixture, make a
+      mixture schedule (e.g. a proxy-fitted mixture, then uniform for the last quarter).
 
   Example:
     >>> g = geometry("v3_polish", 112_619, floors={"hermes3-general": 0.7},
@@ -98,7 +102,12 @@ def geometry(name: str, start_step: int, *, floors: Mapping[str, float] | None =
       g[field][source_key(n)] = float(v)
   g.only = _names(only) if only is not None else ""  # comma-separated allowed sources; "" = all
   g.exclude = _names(exclude)  # comma-separated excluded sources (ceiling 0); "" = none
+  if mixture is not None:
+    # strategy "static": relative weights held in this region instead of curriculum.static_mixture
+    g.mixture = ml_collections.ConfigDict({source_key(n): float(v) for n, v in mixture.items()})
   _region(name, g, sources)
+  if mixture is not None:
+    _static_mixture(g.mixture, sources, f"curriculum.geometries.{name}.mixture")
   return g
 
 
@@ -216,8 +225,9 @@ class CurriculumSpec:
     exp3: the EXP3 mixer's parameters (strategy ``"exp3"``).
     elastic: the elastic mixer's parameters (strategy ``"elastic"``, bandit reward ``"log_rate"``).
     bandit_reward_code: index in :data:`BANDIT_REWARDS` of what bandit phases rank sources by.
-    static_mixture: ``[S]`` float32 summing to 1, strategy ``"static"``'s mixture before it is
-      projected onto each region; None = uniform (see :attr:`mixture`).
+    static_mixture: ``[G, S]`` float32, each row summing to 1: strategy ``"static"``'s mixture in
+      each geometry before it is projected onto the region (the geometry's own ``mixture``, else
+      ``curriculum.static_mixture``); None = uniform in every geometry (see :attr:`mixture`).
   """
   sources: tuple[str, ...]
   geometry_names: tuple[str, ...]
@@ -262,9 +272,11 @@ class CurriculumSpec:
 
   @property
   def mixture(self) -> np.ndarray:
-    """``[S]`` float32, strategy ``"static"``'s mixture before projection (uniform by default)."""
+    """``[G, S]`` float32, strategy ``"static"``'s mixture in each geometry before projection
+    (uniform by default)."""
     if self.static_mixture is None:
-      return np.full(len(self.sources), 1.0 / len(self.sources), np.float32)
+      shape = (len(self.geometry_names), len(self.sources))
+      return np.full(shape, 1.0 / len(self.sources), np.float32)
     return self.static_mixture
 
   def __eq__(self, other):
@@ -317,7 +329,8 @@ def _region(name: str, g, sources: Sequence[str]) -> tuple[int, Region]:
   where = f"curriculum.geometries.{name}"
   if not isinstance(g, (ml_collections.ConfigDict, Mapping)):
     raise TypeError(f"{where} must be a ConfigDict, got {g!r}")
-  unknown_fields = set(g.keys()) - {"start_step", "floors", "ceilings", "only", "exclude"}
+  unknown_fields = (set(g.keys())
+                    - {"start_step", "floors", "ceilings", "only", "exclude", "mixture"})
   if unknown_fields:
     raise ValueError(f"{where} has unknown fields {sorted(unknown_fields)}")
   if "start_step" not in g or g["start_step"] is None:
@@ -430,6 +443,19 @@ def spec_from_config(config: ml_collections.ConfigDict, sources: Sequence[str] =
                        f"shorter than phase_min_steps = {lo}")
   share = {"andrea": share, "bandit_only": 0.0, "random_only": 1.0, "static": 0.0,
            "exp3": 0.0, "elastic": 0.0}[strategy]
+  default_S = _static_mixture(c.get("static_mixture"), sources)
+  mixtures = []
+  for name in names:
+    own = geometries[name].get("mixture")
+    if own is None:
+      mixtures.append(default_S)
+      continue
+    where = f"curriculum.geometries.{name}.mixture"
+    if strategy != "static":
+      # Held by the static strategy only: on any other it would be silently ignored.
+      raise ValueError(f"{where} is set, but only strategy 'static' holds a mixture; "
+                       f"curriculum.strategy is {strategy!r}")
+    mixtures.append(_static_mixture(own, sources, where))
   return CurriculumSpec(
       sources=sources, geometry_names=tuple(names), starts=np.array(starts, np.int32),
       lowers=np.stack([r.lower for _, r, _ in entries]),
@@ -437,16 +463,17 @@ def spec_from_config(config: ml_collections.ConfigDict, sources: Sequence[str] =
       strategy_code=STRATEGIES.index(strategy), phase_min_steps=lo, phase_max_steps=hi,
       random_share=float(share), eta=float(eta), decision_lag=lag, bandit=bandit, exp3=exp3,
       elastic=elastic, bandit_reward_code=BANDIT_REWARDS.index(reward),
-      static_mixture=_static_mixture(c.get("static_mixture"), sources))
+      static_mixture=np.stack(mixtures))
 
 
-def _static_mixture(given, sources: Sequence[str]) -> np.ndarray:
-  """``curriculum.static_mixture`` (source -> relative weight, missing = 1) normalised, ``[S]``.
+def _static_mixture(given, sources: Sequence[str], where: str = "curriculum.static_mixture"
+                    ) -> np.ndarray:
+  """``curriculum.static_mixture`` or a geometry's ``mixture`` (source -> relative weight,
+  missing = 1) normalised, ``[S]``; ``where`` names the field in errors.
 
   A built-in source the run does not have may stay at its default 1 (the section lists all
   sixteen); set to anything else, or any other unknown name, it is an error.
   """
-  where = "curriculum.static_mixture"
   given = {} if given is None else given
   if not isinstance(given, (ml_collections.ConfigDict, Mapping)):
     raise TypeError(f"{where} must map source names to relative weights, got {given!r}")

@@ -9,8 +9,9 @@ weight vector ``w`` (a point of the region in force when it starts):
 * a *bandit* phase moves toward the UCB-optimal vertex ``v`` of the region
   (:func:`andrea_jax.simplex.greedy_vertex` of the bandit's indices, ties broken at random):
   ``w <- (1 - eta) w + eta v``;
-* strategy ``"static"``: the projection of ``curriculum.static_mixture`` (uniform by default)
-  onto the region, every phase (for the uniform default, with
+* strategy ``"static"``: the projection of the region's own ``mixture``, else of
+  ``curriculum.static_mixture`` (uniform by default), onto the region, every phase (for the
+  uniform default, with
   ANDREA's geometries this is *not* one uniform mixture over the run's sources: 1/7 on the seven
   warmup sources, then 1/16 each, then the polish region's projection, ``hermes3-general`` at 0.7
   and 0.3/13 on each of the 13 other allowed sources; a single full-simplex geometry gives the
@@ -191,7 +192,7 @@ def init(spec: CurriculumSpec, key: jax.Array) -> CurriculumState:
   lower, upper, _ = _bounds(spec, jnp.int32(0), jnp.zeros((num,), bool))
   # Phase 0 is fixed: the static strategy's own mixture, uniform for the mixers (nothing observed).
   start_S = jnp.where(spec.strategy_code == STRATEGIES.index("static"),
-                      jnp.asarray(spec.mixture, jnp.float32), jnp.full((num,), 1.0 / num))
+                      jnp.asarray(spec.mixture, jnp.float32)[0], jnp.full((num,), 1.0 / num))
   w_S = simplex.project(start_S.astype(jnp.float32), lower, upper)
   length = _phase_length(spec, jax.random.fold_in(jax.random.wrap_key_data(key), 0), jnp.int32(0))
   two = lambda x: jnp.stack([x, x])
@@ -231,7 +232,7 @@ def _decide(spec: CurriculumSpec, state: CurriculumState) -> CurriculumState:
     return ((1 - spec.eta) * here_S + spec.eta * vertex_S).astype(jnp.float32)
 
   def fixed_phase():
-    return jnp.asarray(spec.mixture, jnp.float32)
+    return jnp.asarray(spec.mixture, jnp.float32)[g]
 
   def exp3_phase():
     return exp3_lib.distribution(spec.exp3, state.exp3, start + 1, upper > 0)

@@ -157,8 +157,18 @@ def _geometry_breakages():
   out.append(st.floats(0, 0.3, exclude_min=True).map(lambda v: Breakage(
       "cross-field", "repo[-_]docs",
       (Set("curriculum.geometries.v3_polish.floors.repo_docs", v),))))
+  # A geometry's own mixture: held by strategy "static" only (the base config's is "andrea"), and
+  # its weights are relative shares >= 0 like curriculum.static_mixture's.
+  out.append(st.floats(0, 10).map(lambda v: Breakage(
+      "cross-field", r"v2_firehose\.mixture is set, but only strategy 'static'",
+      (Set("curriculum.geometries.v2_firehose.mixture", {"chat": v}),))))
+  out.append(st.one_of(st.floats(max_value=0, exclude_max=True), NON_FINITE, NOT_NUMBER).map(
+      lambda v: Breakage("out of range / negative size" if isinstance(v, float) and v < 0
+                         else "NaN / infinity" if isinstance(v, float) else "wrong type",
+                         r"v2_firehose\.mixture\.chat",
+                         (Set("curriculum.strategy", "static"),
+                          Set("curriculum.geometries.v2_firehose.mixture", {"chat": v})))))
   return out
-
 
 
 def breakages() -> st.SearchStrategy[Breakage]:
