@@ -31,7 +31,10 @@ windows of every source):
   and ``static_fitted_75`` (a quarter and three quarters fitted, the rest uniform),
   ``static_refitted`` (:data:`REFITTED_MIXTURE`, the same fit on other runs), and
   ``static_fitted_early`` and ``static_fitted_late`` (:data:`FITTED_MIXTURE` for the first or the
-  last half of the run, uniform for the other).
+  last half of the run, uniform for the other); schedules on the fitted line,
+  ``static_fitted_full_early`` and ``static_fitted_75_early`` (lambda 1 or 0.75 for the first
+  half, then uniform) and :data:`SCHEDULES` (``static_fitted_75_quarter``, ``_75_3q``,
+  ``_decay``); ``elastic_cooldown`` (the elastic mixer, then uniform for the last quarter).
 
 Hyper-parameters: each tunable arm had the same budget of three settings (:data:`TUNING`, the first
 one is the package default), tried at seed ``TUNING_SEED`` (never one of the reported seeds) and
@@ -51,10 +54,13 @@ of random phases or bandit reward; uniform with the noise source capped +0.001. 
 after the fact beat uniform: static_fitted 1.976 (uniform's final reached by step 672, 16% fewer
 steps), static_refitted 1.985 (706, 12%); static_fitted_25 713 (11%), static_fitted_75 684 (14.5%),
 static_fitted_full ties; static_fitted_early 1.973 (675, 15.6%), static_fitted_late 1.998 (760,
-5.1%); elastic_early 2.021 (+0.015). The curriculum update costs 1-14 us per step, under 0.03% of
+5.1%); elastic_early 2.021 (+0.015); static_fitted_75_early 1.965 (654, 18.3%, the best),
+_75_3q 1.963 (17.2%), _75_quarter 1.986 (10.7%), _full_early 1.968 (15.2%), _decay 1.970 (16.2%),
+elastic_cooldown 2.003 (a tie). The curriculum update costs 1-14 us per step, under 0.03% of
 a step. With ``--layers 4 --d-model 128`` (0.85M parameters): uniform 1.660, elastic 1.645 (6.7%
 fewer steps), static_fitted 1.626 (12.7%; _25 8.7%, _75 13.4%, _full 11.7%), elastic_early
-1.654, exp3_full 1.662, andrea 2.029; with ``--layers 6 --d-model 192``: uniform 1.557, elastic
+1.654, exp3_full 1.662, andrea 2.029, static_fitted_75_early 1.613 (16.6%), _75_3q 1.614
+(15.5%), elastic_cooldown 1.642 (7.0%); with ``--layers 6 --d-model 192``: uniform 1.557, elastic
 1.543 (6.3%).
 """
 
@@ -115,6 +121,18 @@ ARMS = {
     # a schedule over time go past the best static mixture (the ceiling the sweep measured)?
     "static_fitted_early": ("static", "fitted_early"),
     "static_fitted_late": ("static", "fitted_late"),
+    # The gain is made early and a source's final loss follows its recent share: the stronger
+    # mixtures of the fitted line (lambda 1 and 0.75, which alone tie or trail lambda 0.5) for the
+    # first half only, uniform after. Does a schedule over time pass the static ceiling that way?
+    "static_fitted_full_early": ("static", "fitted_full_early"),
+    "static_fitted_75_early": ("static", "fitted_75_early"),
+    # How long to hold it, and a stepwise relaxation to uniform (SCHEDULES).
+    "static_fitted_75_quarter": ("static", "fitted_75_quarter"),
+    "static_fitted_75_3q": ("static", "fitted_75_3q"),
+    "static_fitted_decay": ("static", "fitted_decay"),
+    # The best schedule found above ends on uniform for the last quarter: the same cooldown for an
+    # online mixer (the elastic mixer on the full simplex for 3/4 of the run, then uniform).
+    "elastic_cooldown": ("elastic", "cooldown"),
 }
 
 # A static mixture fitted after the fact, from the *training* losses of the full-simplex arms above
@@ -144,6 +162,15 @@ def fitted_mixture(kind: str) -> tuple[float, ...]:
   elastic, lam = FITTED_KINDS[kind]
   return tuple(lam * b / sum(elastic) + (1 - lam) / len(SOURCES) for b in elastic)
 
+
+# Schedules over time on the fitted line: kind -> ((start as a fraction of the run, lambda), ...),
+# each lambda held from its start to the next (lambda 0 is the full simplex, where the static
+# strategy holds uniform). Probes of the timing results, not strategies: lambda 0.75 for the first
+# half was the best two-part schedule (``fitted_75_early``), so how long should it last, and does a
+# mixture that relaxes to uniform step by step do better?
+SCHEDULES = {"fitted_75_quarter": ((0.0, 0.75), (0.25, 0.0)),
+             "fitted_75_3q": ((0.0, 0.75), (0.75, 0.0)),
+             "fitted_decay": ((0.0, 1.0), (0.25, 0.75), (0.5, 0.5), (0.75, 0.25))}
 
 FITTED_MIXTURE = fitted_mixture("fitted")
 REFITTED_MIXTURE = fitted_mixture("refitted")
@@ -175,9 +202,11 @@ def geometries(kind: str, num_steps: int = NUM_STEPS) -> ml_collections.ConfigDi
   simplex with the noise source ``extra-06`` at 1/32 or less; ``"fitted"``: (nearly) the single
   point :data:`FITTED_MIXTURE`; ``"fitted_full"``: (nearly) ``FITTED_ELASTICITY`` normalised;
   ``"refitted"``: (nearly) :data:`REFITTED_MIXTURE`; ``"fitted_25"``, ``"fitted_75"``: a quarter
-  and three quarters fitted, the rest uniform (:data:`FITTED_KINDS`); ``"fitted_early"``,
-  ``"fitted_late"``: :data:`FITTED_MIXTURE` for the first (last) half of the run, the full simplex
-  for the other half."""
+  and three quarters fitted, the rest uniform (:data:`FITTED_KINDS`); ``"<fitted kind>_early"``,
+  ``"<fitted kind>_late"`` (``"fitted_early"``, ``"fitted_full_early"``, ...): that fitted mixture
+  for the first (last) half of the run, the full simplex for the other half; one of
+  :data:`SCHEDULES`: a schedule on the fitted line; ``"cooldown"``: the full simplex for 3/4 of
+  the run, then (nearly) the uniform point."""
   if kind == "andrea":
     return andrea_geometries(num_steps, scale=num_steps / 200_000)
   g = ml_collections.ConfigDict()
@@ -189,14 +218,28 @@ def geometries(kind: str, num_steps: int = NUM_STEPS) -> ml_collections.ConfigDi
     g.noise_cap = geometry("noise_cap", 0, ceilings={"extra-06": 1 / 32})
   elif kind in FITTED_KINDS:
     g[kind] = _point(kind, 0, fitted_mixture(kind))
-  elif kind in ("fitted_early", "fitted_late"):
+  elif kind.rpartition("_")[0] in FITTED_KINDS and kind.rpartition("_")[2] in ("early", "late"):
+    fitted, _, half_name = kind.rpartition("_")
     half = num_steps // 2
-    fitted_start, full_start = (0, half) if kind == "fitted_early" else (half, 0)
-    g.fitted = _point("fitted", fitted_start, FITTED_MIXTURE)
+    fitted_start, full_start = (0, half) if half_name == "early" else (half, 0)
+    g[fitted] = _point(fitted, fitted_start, fitted_mixture(fitted))
     g.full = geometry("full", full_start)
+  elif kind == "cooldown":
+    g.full = geometry("full", 0)
+    g.cooldown = _point("cooldown", round(0.75 * num_steps), (1 / len(SOURCES),) * len(SOURCES))
+  elif kind in SCHEDULES:
+    for k, (start, lam) in enumerate(SCHEDULES[kind]):
+      start_step = round(start * num_steps)
+      if lam:
+        m = tuple(lam * b / sum(FITTED_ELASTICITY) + (1 - lam) / len(SOURCES)
+                  for b in FITTED_ELASTICITY)
+        g[f"part{k}"] = _point(f"part{k}", start_step, m)
+      else:
+        g[f"part{k}"] = geometry(f"part{k}", start_step)
   else:
-    raise ValueError("geometry kind must be andrea, full, floor, noise_cap, fitted_early, "
-                     f"fitted_late or one of {', '.join(FITTED_KINDS)}, got {kind!r}")
+    raise ValueError("geometry kind must be andrea, full, floor, noise_cap, one of "
+                     f"{', '.join(FITTED_KINDS)}, or one of them followed by _early or _late, "
+                     f"or one of {', '.join(SCHEDULES)}, got {kind!r}")
   return g
 
 

@@ -191,14 +191,31 @@ def test_every_arm_is_a_valid_run_config():
   # projection of uniform onto the full simplex) for the other; a phase may run past the switch
   # by the decision lag at most, so the steps next to it are left out.
   from andrea_jax.curriculum import simulate
-  m = 0.5 * b / b.sum() + 0.5 / 16
-  for arm, fitted_half in (("static_fitted_early", slice(0, 390)),
-                           ("static_fitted_late", slice(410, 800))):
+  for arm, lam, fitted_half in (("static_fitted_early", 0.5, slice(0, 390)),
+                                ("static_fitted_late", 0.5, slice(410, 800)),
+                                ("static_fitted_full_early", 1.0, slice(0, 390)),
+                                ("static_fitted_75_early", 0.75, slice(0, 390))):
+    m = lam * b / b.sum() + (1 - lam) / 16
     spec = runconfig.build(exp.arm_config(arm)).curriculum_spec
     w_NxS = simulate.simulate(spec, jax.random.key(0), 800).weights
     other = slice(410, 800) if fitted_half.start == 0 else slice(0, 390)
     assert np.abs(w_NxS[fitted_half] - m).sum(axis=1).max() <= 2e-3, arm
     assert np.abs(w_NxS[other] - 1 / 16).max() <= 1e-6, arm
+  # The schedules: lambda by stretches of the run (the listed numbers), uniform where it is 0; and
+  # the elastic mixer's last quarter held (nearly) uniform. Steps within the decision lag of a
+  # boundary are left out.
+  for arm, parts in (("static_fitted_75_quarter", ((0, 200, 0.75), (200, 800, 0))),
+                     ("static_fitted_75_3q", ((0, 600, 0.75), (600, 800, 0))),
+                     ("static_fitted_decay", ((0, 200, 1), (200, 400, 0.75), (400, 600, 0.5),
+                                              (600, 800, 0.25)))):
+    w_NxS = simulate.simulate(runconfig.build(exp.arm_config(arm)).curriculum_spec,
+                              jax.random.key(0), 800).weights
+    for lo, hi, lam in parts:
+      m = lam * b / b.sum() + (1 - lam) / 16
+      assert np.abs(w_NxS[lo + 5:hi - 5] - m).sum(axis=1).max() <= 2e-3, (arm, lo)
+  w_NxS = simulate.simulate(runconfig.build(exp.arm_config("elastic_cooldown")).curriculum_spec,
+                            jax.random.key(0), 800).weights
+  assert np.abs(w_NxS[610:] - 1 / 16).max() <= 1e-3
 
 
 def test_fit_elasticity_recovers_a_power_law():
