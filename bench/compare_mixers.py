@@ -105,13 +105,22 @@ def train_runner(config, workdir: str) -> None:
 
 
 def config_diff(old, new, prefix: str = "") -> list[str]:
-  """The dotted paths at which two JSON-like configs differ (floats compared exactly). Only the
-  fields both have are compared: a field added to the config since ``old`` was written did not
-  exist for that run."""
+  """The dotted paths at which two JSON-like configs differ (floats compared exactly).
+
+  Elsewhere only the fields both have are compared (a field added to the config since ``old`` was
+  written did not exist for that run), but under ``curriculum.geometries`` a name or field on one
+  side only is a difference: geometries are keyed by name, and an entry's optional ``mixture``
+  changes the run when present.
+  """
   if isinstance(old, dict) and isinstance(new, dict):
+    strict = prefix == "curriculum.geometries" or prefix.startswith("curriculum.geometries.")
     out = []
-    for key in sorted(set(old) & set(new)):
-      out += config_diff(old[key], new[key], f"{prefix}.{key}" if prefix else str(key))
+    for key in sorted(set(old) | set(new) if strict else set(old) & set(new)):
+      path = f"{prefix}.{key}" if prefix else str(key)
+      if key not in old or key not in new:
+        out.append(path)
+      else:
+        out += config_diff(old[key], new[key], path)
     return out
   return [] if old == new else [prefix or "(root)"]
 

@@ -3,6 +3,8 @@ property tests that draw the same examples on every run (``HYPOTHESIS_PROFILE=ex
 ones; ``python bench/faults.py`` runs the randomised campaigns)."""
 
 import os
+import pathlib
+import struct
 
 import hypothesis
 import jax
@@ -23,7 +25,7 @@ def maybe_jit(request):
   return lambda f, **kw: f
 
 
-REPO = __import__("pathlib").Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
 def small_run_config(num_steps: int = 30, **overrides):
@@ -71,13 +73,10 @@ def data_cache(tmp_path_factory):
     os.environ["ANDREA_JAX_CACHE"] = old
 
 
-def tensorboard_scalars(logdir) -> list[tuple[str, int, float]]:
+def tensorboard_scalars(logdir: pathlib.Path) -> list[tuple[str, int, float]]:
   """The scalars TensorBoard shows for ``logdir``, in the order written: its event files read in
   name order, a ``SessionLog.START`` at step s dropping the events read before it with step >= s (as
   TensorBoard's event accumulator does). Wall-clock tags are left out."""
-  import os
-  import struct
-
   from tensorboardX.proto import event_pb2
   shown = []
   for name in sorted(os.listdir(logdir)):

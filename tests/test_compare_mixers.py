@@ -7,6 +7,7 @@ import json
 import math
 import os
 
+import ml_collections
 import numpy as np
 import pytest
 
@@ -204,18 +205,32 @@ def test_every_arm_is_a_valid_run_config():
   # The schedules: lambda by stretches of the run (the listed numbers), uniform where it is 0; and
   # the elastic mixer's last quarter held (nearly) uniform. Steps within the decision lag of a
   # boundary are left out.
-  for arm, parts in (("static_fitted_75_quarter", ((0, 200, 0.75), (200, 800, 0))),
-                     ("static_fitted_75_3q", ((0, 600, 0.75), (600, 800, 0))),
-                     ("static_fitted_decay", ((0, 200, 1), (200, 400, 0.75), (400, 600, 0.5),
-                                              (600, 800, 0.25)))):
-    w_NxS = simulate.simulate(runconfig.build(exp.arm_config(arm)).curriculum_spec,
-                              jax.random.key(0), 800).weights
+  # (On 200-step runs: the geometries scale with the run.)
+  for arm, parts in (("static_fitted_75_quarter", ((0, 50, 0.75), (50, 200, 0))),
+                     ("static_fitted_75_3q", ((0, 150, 0.75), (150, 200, 0))),
+                     ("static_fitted_decay", ((0, 50, 1), (50, 100, 0.75), (100, 150, 0.5),
+                                              (150, 200, 0.25)))):
+    spec = runconfig.build(exp.arm_config(arm, num_steps=200)).curriculum_spec
+    w_NxS = simulate.simulate(spec, jax.random.key(0), 200).weights
     for lo, hi, lam in parts:
       m = lam * b / b.sum() + (1 - lam) / 16
-      assert np.abs(w_NxS[lo + 5:hi - 5] - m).sum(axis=1).max() <= 2e-3, (arm, lo)
-  w_NxS = simulate.simulate(runconfig.build(exp.arm_config("elastic_cooldown")).curriculum_spec,
-                            jax.random.key(0), 800).weights
-  assert np.abs(w_NxS[610:] - 1 / 16).max() <= 1e-3
+      assert np.abs(w_NxS[lo + 3:hi - 3] - m).sum(axis=1).max() <= 2e-3, (arm, lo)
+  for arm, start in (("elastic_cooldown", 150), ("elastic_strong_early", 100)):
+    spec = runconfig.build(exp.arm_config(arm, num_steps=200)).curriculum_spec
+    w_NxS = simulate.simulate(spec, jax.random.key(0), 200).weights
+    assert np.abs(w_NxS[start + 3:] - 1 / 16).max() <= 1e-3, arm
+  # A fitted point made of floors at 0.999 of it (as the arms do) holds what the static strategy's
+  # per-geometry mixture holds, to 2e-3.
+  from andrea_jax.curriculum import geometry
+  c = exp.arm_config("static_fitted_75_early", num_steps=200)
+  c.curriculum.geometries = ml_collections.ConfigDict({
+      "fitted_75": geometry("fitted_75", 0, mixture=dict(zip(SOURCES, exp.fitted_mixture(
+          "fitted_75")))),
+      "full": geometry("full", 100)})
+  by_mixture = simulate.simulate(runconfig.build(c).curriculum_spec, jax.random.key(0), 200)
+  spec = runconfig.build(exp.arm_config("static_fitted_75_early", num_steps=200)).curriculum_spec
+  by_floors = simulate.simulate(spec, jax.random.key(0), 200)
+  assert np.abs(by_mixture.weights - by_floors.weights).sum(axis=1).max() <= 2e-3
 
 
 def test_fit_elasticity_recovers_a_power_law():
@@ -300,6 +315,12 @@ def test_a_finished_run_is_reused_only_under_the_same_config(tmp_path):
   # A field the old run did not have yet is not a difference.
   assert bench.config_diff({"a": {"b": 1, "c": 2.0}, "e": [1]},
                            {"a": {"b": 1, "c": 2.5, "d": 0}, "e": [2]}) == ["a.c", "e"]
+  # Geometries are compared by name and field: renamed, or given a mixture, the run differs.
+  old = {"curriculum": {"geometries": {"fitted": {"start_step": 0}}}}
+  assert bench.config_diff(old, {"curriculum": {"geometries": {"part0": {"start_step": 0}}}}) == [
+      "curriculum.geometries.fitted", "curriculum.geometries.part0"]
+  assert bench.config_diff(old, {"curriculum": {"geometries": {"fitted": {
+      "start_step": 0, "mixture": {"chat": 3.0}}}}}) == ["curriculum.geometries.fitted.mixture"]
 
 
 def test_fit_elasticity_command_prints_the_fit_and_the_within_run_agreement(tmp_path, capsys):

@@ -279,6 +279,89 @@ def test_a_mixture_per_geometry_is_a_mixture_schedule():
   np.testing.assert_allclose(w_NxS[600:], np.broadcast_to(floored_S, (300, 16)), atol=1e-6)
 
 
+def test_a_geometry_mixture_keeps_its_ratios_inside_the_region():
+  """A region allowing three sources (hermes3-general, hermes3-creative, chat), the mixture 3 : 2
+  on the first two and the default 1 on chat: 3/6, 2/6, 1/6 exactly (a Euclidean projection of the
+  16-source mixture would shift all three by the same amount instead); with a floor of 0.25 on
+  chat the projection lowers the other two equally: 3/6 - 1/24, 2/6 - 1/24, 1/4 (worked out
+  here)."""
+  from andrea_jax.curriculum import geometry, simulate
+  three = ("hermes3-general", "hermes3-creative", "chat")
+  c = curriculum.curriculum_config()
+  c.strategy = "static"
+  c.geometries = ml_collections.ConfigDict({
+      "three": geometry("three", 0, only=three,
+                        mixture={"hermes3-general": 3, "hermes3-creative": 2}),
+      "floored": geometry("floored", 100, only=three, floors={"chat": 0.25},
+                          mixture={"hermes3-general": 3, "hermes3-creative": 2}),
+  })
+  w_NxS = simulate.simulate(curriculum.spec_from_config(c), jax.random.key(0), 200).weights
+  want = np.zeros((2, 16))
+  want[0, [_idx(s) for s in three]] = [3 / 6, 2 / 6, 1 / 6]
+  want[1, [_idx(s) for s in three]] = [3 / 6 - 1 / 24, 2 / 6 - 1 / 24, 1 / 4]
+  np.testing.assert_allclose(w_NxS[:100], np.broadcast_to(want[0], (100, 16)), atol=1e-6)
+  np.testing.assert_allclose(w_NxS[100:], np.broadcast_to(want[1], (100, 16)), atol=1e-6)
+
+
+def test_a_geometry_mixture_is_overridable_on_the_command_line(tmp_path):
+  """Stored listing all sources, like floors: a locked config (as ``andrea_jax.main`` parses it)
+  accepts ``--config.curriculum.geometries.<name>.mixture.<source>=`` for any source."""
+  cfg_file = tmp_path / "cfg.py"
+  cfg_file.write_text(
+      "import ml_collections\n"
+      "from andrea_jax.curriculum import curriculum_config, geometry\n"
+      "def get_config():\n"
+      "  c = ml_collections.ConfigDict()\n"
+      "  c.curriculum = curriculum_config(ml_collections.ConfigDict({\n"
+      "      'proxy': geometry('proxy', 0, mixture={'chat': 3}),\n"
+      "      'cooldown': geometry('cooldown', 100)}))\n"
+      "  c.curriculum.strategy = 'static'\n"
+      "  return c\n")
+  argv = ["prog", f"--config={cfg_file}",
+          "--config.curriculum.geometries.proxy.mixture.chat=5",
+          "--config.curriculum.geometries.proxy.mixture.extra_06=0"]
+  fv = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", None, "", flag_values=fv, lock_config=True,
+                                  sys_argv=argv)
+  fv(argv)
+  spec = curriculum.spec_from_config(fv.config.curriculum)
+  want_S = np.array([5.0 if s == "chat" else 0.0 if s == "extra-06" else 1.0 for s in SOURCES])
+  np.testing.assert_allclose(spec.mixture[0], want_S / 19, rtol=1e-6)
+  np.testing.assert_allclose(spec.mixture[1], 1 / 16, rtol=1e-6)
+
+
+def test_a_mixture_the_region_cannot_hold_is_refused():
+  from andrea_jax.curriculum import geometry
+  # A weight on a source the region excludes could never be drawn; 0 (or the default 1) is fine.
+  with pytest.raises(ValueError, match=r"curriculum.geometries.a.mixture weighs 'repo-docs', "
+                     r"which geometry 'a' excludes"):
+    geometry("a", 0, exclude=("repo-docs",), mixture={"repo-docs": 100})
+  geometry("a", 0, exclude=("repo-docs",), mixture={"repo-docs": 0, "chat": 2})
+  with pytest.raises(ValueError, match=r"curriculum.geometries.b.mixture gives no weight to any "
+                     r"source geometry 'b' allows \(chat, oasst\)"):
+    geometry("b", 0, only=("chat", "oasst"), mixture={"chat": 0, "oasst": 0})
+  # The same for curriculum.static_mixture under the static strategy, region by region.
+  c = curriculum.curriculum_config(curriculum.andrea_geometries(2000, 0.01))
+  c.strategy = "static"
+  for key in c.static_mixture.keys():
+    c.static_mixture[key] = 0.0
+  c.static_mixture.dictionary = 1.0     # not one of v2_warmup's seven sources
+  with pytest.raises(ValueError, match=r"curriculum.static_mixture gives no weight to any source "
+                     r"geometry 'v2_warmup' allows"):
+    curriculum.spec_from_config(c)
+
+
+def test_a_static_mixture_on_another_strategy_is_refused():
+  """``curriculum.static_mixture`` other than uniform would be ignored by a mixer: an error."""
+  c = curriculum.curriculum_config()
+  c.static_mixture.chat = 3.0
+  with pytest.raises(ValueError, match=r"curriculum.static_mixture is set, but only strategy "
+                     r"'static' holds a mixture; curriculum.strategy is 'andrea'"):
+    curriculum.spec_from_config(c)
+  c.static_mixture.chat = 1.0           # uniform (the default): nothing is ignored
+  curriculum.spec_from_config(c)
+
+
 @pytest.mark.parametrize("strategy", ["andrea", "exp3", "elastic"])
 def test_a_geometry_mixture_on_another_strategy_is_refused(strategy):
   from andrea_jax.curriculum import geometry
@@ -300,7 +383,7 @@ def test_a_bad_geometry_mixture_names_the_field(mixture, message):
   from andrea_jax.curriculum import geometry
   with pytest.raises((ValueError, TypeError), match=message):
     geometry("proxy", 0, mixture=mixture)
-  # Set in a config directly (as a command-line override would), spec_from_config says the same.
+  # Set in a config file's dict directly, spec_from_config says the same.
   c = curriculum.curriculum_config()
   c.strategy = "static"
   c.geometries = ml_collections.ConfigDict({"proxy": geometry("proxy", 0)})

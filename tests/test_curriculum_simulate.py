@@ -197,3 +197,15 @@ def test_seed_triangle_walk_stays_in_the_quadrilateral():
   r = sim.simulate(spec, jax.random.key(2), 400)
   assert np.all(r.weights[:, 0] >= 0.5) and np.all(r.weights[:, 2] <= 0.25)
   assert np.abs(r.weights.sum(axis=1) - 1).max() <= 1e-6
+
+
+def test_seed_triangle_of_a_static_run_with_its_own_mixture():
+  """The CLI draws the seed's triangle from the run's curriculum section: a run whose static mixture
+  names its own sources (chat 3) still gets the example, holding uniform (1/3 each) projected onto
+  ``H >= 0.5``: (0.5, 0.25, 0.25)."""
+  c = curriculum.curriculum_config()
+  c.strategy = "static"
+  c.static_mixture.chat = 3.0
+  spec = sim.seed_triangle_spec(c)
+  r = sim.simulate(spec, jax.random.key(0), 50)
+  np.testing.assert_allclose(r.weights, np.broadcast_to([0.5, 0.25, 0.25], (50, 3)), atol=1e-6)

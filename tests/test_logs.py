@@ -2,6 +2,7 @@
 
 import json
 import os
+import types
 
 from andrea_jax import logs
 
@@ -71,8 +72,9 @@ def test_a_run_resumed_within_the_same_second_keeps_both_event_files(tmp_path, m
   import tensorboardX.event_file_writer
   from conftest import tensorboard_scalars
 
-  clock = tensorboardX.event_file_writer.time
-  monkeypatch.setattr(clock, "time", lambda: 1_764_512_345.25)   # both runs open in this second
+  # Both runs open their files in this second (the clock of tensorboardX's writer only).
+  monkeypatch.setattr(tensorboardX.event_file_writer, "time",
+                      types.SimpleNamespace(time=lambda: 1_764_512_345.25))
   first = logs.RunLogger(str(tmp_path), 0)
   for step in range(6):
     first.write({"step": step, "loss": 10.0 - step})

@@ -77,9 +77,11 @@ def geometry(name: str, start_step: int, *, floors: Mapping[str, float] | None =
     only: if given, the only sources that may have weight; exclude: sources pinned at 0.
     sources: the source order.
     mixture: strategy ``"static"`` only: ``{source name: relative weight}`` (a source left out
-      keeps 1) held while this geometry is in force, in place of ``curriculum.static_mixture``;
-      projected onto the region like it. Geometries in turn, each with its mixture, make a
-      mixture schedule (e.g. a proxy-fitted mixture, then uniform for the last quarter).
+      keeps 1) held while this geometry is in force, in place of ``curriculum.static_mixture``,
+      and brought into the region like it (see :mod:`andrea_jax.curriculum.engine`). Stored
+      listing all sources, so that each can be overridden on the command line. Geometries in
+      turn, each with its mixture, make a mixture schedule (e.g. a proxy-fitted mixture, then
+      uniform for the last part of the run).
 
   Example:
     >>> g = geometry("v3_polish", 112_619, floors={"hermes3-general": 0.7},
@@ -103,11 +105,18 @@ def geometry(name: str, start_step: int, *, floors: Mapping[str, float] | None =
   g.only = _names(only) if only is not None else ""  # comma-separated allowed sources; "" = all
   g.exclude = _names(exclude)  # comma-separated excluded sources (ceiling 0); "" = none
   if mixture is not None:
+    where = f"curriculum.geometries.{name}.mixture"
+    for n in mixture:
+      if source_key(n) not in keys:
+        raise ValueError(f"unknown source {n!r} in {where}; known sources are: "
+                         f"{', '.join(sources)}")
     # strategy "static": relative weights held in this region instead of curriculum.static_mixture
-    g.mixture = ml_collections.ConfigDict({source_key(n): float(v) for n, v in mixture.items()})
-  _region(name, g, sources)
+    g.mixture = ml_collections.ConfigDict({k: 1.0 for k in keys})
+    for n, v in mixture.items():
+      g.mixture[source_key(n)] = v
+  _, region = _region(name, g, sources)
   if mixture is not None:
-    _static_mixture(g.mixture, sources, f"curriculum.geometries.{name}.mixture")
+    _static_mixture(g.mixture, sources, where, region)
   return g
 
 
@@ -272,8 +281,9 @@ class CurriculumSpec:
 
   @property
   def mixture(self) -> np.ndarray:
-    """``[G, S]`` float32, strategy ``"static"``'s mixture in each geometry before projection
-    (uniform by default)."""
+    """``[G, S]`` float32: strategy ``"static"``'s mixture in each geometry, as configured.
+
+    Uniform by default; the engine restricts each row to its region and projects it."""
     if self.static_mixture is None:
       shape = (len(self.geometry_names), len(self.sources))
       return np.full(shape, 1.0 / len(self.sources), np.float32)
@@ -443,19 +453,18 @@ def spec_from_config(config: ml_collections.ConfigDict, sources: Sequence[str] =
                        f"shorter than phase_min_steps = {lo}")
   share = {"andrea": share, "bandit_only": 0.0, "random_only": 1.0, "static": 0.0,
            "exp3": 0.0, "elastic": 0.0}[strategy]
-  default_S = _static_mixture(c.get("static_mixture"), sources)
-  mixtures = []
-  for name in names:
+  mixtures_GxS = []
+  for _, region, name in entries:
     own = geometries[name].get("mixture")
-    if own is None:
-      mixtures.append(default_S)
-      continue
-    where = f"curriculum.geometries.{name}.mixture"
-    if strategy != "static":
+    where = ("curriculum.static_mixture" if own is None
+             else f"curriculum.geometries.{name}.mixture")
+    m_S = _static_mixture(c.get("static_mixture") if own is None else own, sources, where,
+                          region if own is not None or strategy == "static" else None)
+    if strategy != "static" and (own is not None or np.ptp(m_S) > 0):
       # Held by the static strategy only: on any other it would be silently ignored.
       raise ValueError(f"{where} is set, but only strategy 'static' holds a mixture; "
                        f"curriculum.strategy is {strategy!r}")
-    mixtures.append(_static_mixture(own, sources, where))
+    mixtures_GxS.append(m_S)
   return CurriculumSpec(
       sources=sources, geometry_names=tuple(names), starts=np.array(starts, np.int32),
       lowers=np.stack([r.lower for _, r, _ in entries]),
@@ -463,16 +472,19 @@ def spec_from_config(config: ml_collections.ConfigDict, sources: Sequence[str] =
       strategy_code=STRATEGIES.index(strategy), phase_min_steps=lo, phase_max_steps=hi,
       random_share=float(share), eta=float(eta), decision_lag=lag, bandit=bandit, exp3=exp3,
       elastic=elastic, bandit_reward_code=BANDIT_REWARDS.index(reward),
-      static_mixture=np.stack(mixtures))
+      static_mixture=np.stack(mixtures_GxS))
 
 
-def _static_mixture(given, sources: Sequence[str], where: str = "curriculum.static_mixture"
-                    ) -> np.ndarray:
+def _static_mixture(given, sources: Sequence[str], where: str = "curriculum.static_mixture",
+                    region: Region | None = None) -> np.ndarray:
   """``curriculum.static_mixture`` or a geometry's ``mixture`` (source -> relative weight,
   missing = 1) normalised, ``[S]``; ``where`` names the field in errors.
 
   A built-in source the run does not have may stay at its default 1 (the section lists all
-  sixteen); set to anything else, or any other unknown name, it is an error.
+  sixteen); set to anything else, or any other unknown name, it is an error. With ``region`` (the
+  geometry the mixture is held in), a mixture that gives no weight to any source the region allows
+  is an error, and so is a weight other than the default 1 on a source a geometry's own mixture
+  is held in but the region excludes (it could never be drawn).
   """
   given = {} if given is None else given
   if not isinstance(given, (ml_collections.ConfigDict, Mapping)):
@@ -491,4 +503,15 @@ def _static_mixture(given, sources: Sequence[str], where: str = "curriculum.stat
     w_S[list(sources).index(keys.get(k, k))] = v
   if w_S.sum() <= 0:
     raise ValueError(f"{where}: every weight is 0; at least one source needs a positive weight")
+  if region is not None:
+    allowed_S = np.asarray(region.upper) > 0
+    label = region.label
+    if where.startswith("curriculum.geometries."):
+      odd = [s for s, w, ok in zip(sources, w_S, allowed_S) if not ok and w not in (0.0, 1.0)]
+      if odd:
+        raise ValueError(f"{where} weighs {', '.join(repr(s) for s in odd)}, which geometry "
+                         f"{label!r} excludes (ceiling 0): that weight could never be drawn")
+    if not np.any(w_S * allowed_S > 0):
+      raise ValueError(f"{where} gives no weight to any source geometry {label!r} allows "
+                       f"({', '.join(s for s, ok in zip(sources, allowed_S) if ok)})")
   return (w_S / w_S.sum()).astype(np.float32)

@@ -9,13 +9,13 @@ weight vector ``w`` (a point of the region in force when it starts):
 * a *bandit* phase moves toward the UCB-optimal vertex ``v`` of the region
   (:func:`andrea_jax.simplex.greedy_vertex` of the bandit's indices, ties broken at random):
   ``w <- (1 - eta) w + eta v``;
-* strategy ``"static"``: the projection of the region's own ``mixture``, else of
-  ``curriculum.static_mixture`` (uniform by default), onto the region, every phase (for the
-  uniform default, with
-  ANDREA's geometries this is *not* one uniform mixture over the run's sources: 1/7 on the seven
-  warmup sources, then 1/16 each, then the polish region's projection, ``hermes3-general`` at 0.7
-  and 0.3/13 on each of the 13 other allowed sources; a single full-simplex geometry gives the
-  uniform mixture);
+* strategy ``"static"``: the region's own ``mixture``, else ``curriculum.static_mixture``
+  (uniform by default), every phase: restricted to the sources the region allows and
+  renormalised, which keeps its ratios, then projected onto the region, which moves it only
+  where a floor or ceiling binds (for the uniform default, with ANDREA's geometries this is *not*
+  one uniform mixture over the run's sources: 1/7 on the seven warmup sources, then 1/16 each,
+  then the polish region's projection, ``hermes3-general`` at 0.7 and 0.3/13 on each of the 13
+  other allowed sources; a single full-simplex geometry gives the uniform mixture);
 * strategy ``"exp3"``: ODM's EXP3 distribution (:mod:`andrea_jax.curriculum.exp3`) at the phase's
   start, projected onto the region. Its statistics (smoothed losses, importance-weighted rewards)
   are updated at *every* step, with the weights that step's batch was drawn from; the mixture itself
@@ -147,6 +147,16 @@ def _bounds(spec: CurriculumSpec, g: jax.Array, excluded: jax.Array):
   return lower, jnp.where(ok, upper_ex, upper), ok
 
 
+def _held_mixture(spec: CurriculumSpec, g: jax.Array, upper_S: jax.Array) -> jax.Array:
+  """``[S]``: the static strategy's mixture of geometry ``g`` on the sources ``upper_S`` allows,
+  renormalised (uniform over them if it gives them nothing: a source excluded at run time)."""
+  allowed_S = (upper_S > 0).astype(jnp.float32)
+  m_S = jnp.asarray(spec.mixture, jnp.float32)[g] * allowed_S
+  total = jnp.sum(m_S)
+  return jnp.where(total > 0, m_S / jnp.where(total > 0, total, 1.0),
+                   allowed_S / jnp.maximum(jnp.sum(allowed_S), 1.0))
+
+
 def _phase_length(spec: CurriculumSpec, key: jax.Array, start: jax.Array) -> jax.Array:
   """Uniform in [min, max], cut so that the phase never crosses nor stops just short of a boundary.
 
@@ -192,7 +202,7 @@ def init(spec: CurriculumSpec, key: jax.Array) -> CurriculumState:
   lower, upper, _ = _bounds(spec, jnp.int32(0), jnp.zeros((num,), bool))
   # Phase 0 is fixed: the static strategy's own mixture, uniform for the mixers (nothing observed).
   start_S = jnp.where(spec.strategy_code == STRATEGIES.index("static"),
-                      jnp.asarray(spec.mixture, jnp.float32)[0], jnp.full((num,), 1.0 / num))
+                      _held_mixture(spec, jnp.int32(0), upper), jnp.full((num,), 1.0 / num))
   w_S = simplex.project(start_S.astype(jnp.float32), lower, upper)
   length = _phase_length(spec, jax.random.fold_in(jax.random.wrap_key_data(key), 0), jnp.int32(0))
   two = lambda x: jnp.stack([x, x])
@@ -232,7 +242,7 @@ def _decide(spec: CurriculumSpec, state: CurriculumState) -> CurriculumState:
     return ((1 - spec.eta) * here_S + spec.eta * vertex_S).astype(jnp.float32)
 
   def fixed_phase():
-    return jnp.asarray(spec.mixture, jnp.float32)[g]
+    return _held_mixture(spec, g, upper)
 
   def exp3_phase():
     return exp3_lib.distribution(spec.exp3, state.exp3, start + 1, upper > 0)

@@ -244,6 +244,8 @@ def seed_triangle_spec(config: ml_collections.ConfigDict | None = None
   :func:`curriculum_config`).
   """
   c = ml_collections.ConfigDict((config or config_lib.curriculum_config()).to_dict())
+  # The run's mixtures name its own sources, not the example's three: the example holds uniform.
+  c.static_mixture = ml_collections.ConfigDict()
   g = ml_collections.ConfigDict()
   g.seed_example = config_lib.geometry("seed_example", 0, floors={"hermes3-general": 0.5},
                                        ceilings={"dictionary": 0.25}, sources=SEED_TRIANGLE)
