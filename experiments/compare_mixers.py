@@ -54,7 +54,7 @@ of random phases or bandit reward; uniform with the noise source capped +0.001. 
 after the fact beat uniform: static_fitted 1.976 (uniform's final reached by step 672, 16% fewer
 steps), static_refitted 1.985 (706, 12%); static_fitted_25 713 (11%), static_fitted_75 684 (14.5%),
 static_fitted_full ties; static_fitted_early 1.973 (675, 15.6%), static_fitted_late 1.998 (760,
-5.1%); elastic_early 2.021 (+0.015); static_fitted_75_early 1.965 (654, 18.3%, the best),
+5.1%); elastic_early 2.021 (+0.015); static_fitted_75_early 1.965 (654, 18.3%, the fewest steps),
 _75_3q 1.963 (17.2%), _75_quarter 1.986 (10.7%), _full_early 1.968 (15.2%), _decay 1.970 (16.2%),
 elastic_cooldown 2.003 (a tie). The curriculum update costs 1-14 us per step, under 0.03% of
 a step. With ``--layers 4 --d-model 128`` (0.85M parameters): uniform 1.660, elastic 1.645 (6.7%
@@ -133,6 +133,10 @@ ARMS = {
     # The best schedule found above ends on uniform for the last quarter: the same cooldown for an
     # online mixer (the elastic mixer on the full simplex for 3/4 of the run, then uniform).
     "elastic_cooldown": ("elastic", "cooldown"),
+    # The best static schedule's shape, online: the elastic mixer a quarter uniform (as lambda
+    # 0.75), throughout or for the first half and then uniform.
+    "elastic_strong": ("elastic", "full", {"elastic.uniform_mix": 0.25}),
+    "elastic_strong_early": ("elastic", "cooldown_half", {"elastic.uniform_mix": 0.25}),
 }
 
 # A static mixture fitted after the fact, from the *training* losses of the full-simplex arms above
@@ -205,8 +209,8 @@ def geometries(kind: str, num_steps: int = NUM_STEPS) -> ml_collections.ConfigDi
   and three quarters fitted, the rest uniform (:data:`FITTED_KINDS`); ``"<fitted kind>_early"``,
   ``"<fitted kind>_late"`` (``"fitted_early"``, ``"fitted_full_early"``, ...): that fitted mixture
   for the first (last) half of the run, the full simplex for the other half; one of
-  :data:`SCHEDULES`: a schedule on the fitted line; ``"cooldown"``: the full simplex for 3/4 of
-  the run, then (nearly) the uniform point."""
+  :data:`SCHEDULES`: a schedule on the fitted line; ``"cooldown"`` (``"cooldown_half"``): the full
+  simplex for 3/4 (1/2) of the run, then (nearly) the uniform point."""
   if kind == "andrea":
     return andrea_geometries(num_steps, scale=num_steps / 200_000)
   g = ml_collections.ConfigDict()
@@ -224,9 +228,10 @@ def geometries(kind: str, num_steps: int = NUM_STEPS) -> ml_collections.ConfigDi
     fitted_start, full_start = (0, half) if half_name == "early" else (half, 0)
     g[fitted] = _point(fitted, fitted_start, fitted_mixture(fitted))
     g.full = geometry("full", full_start)
-  elif kind == "cooldown":
+  elif kind in ("cooldown", "cooldown_half"):
     g.full = geometry("full", 0)
-    g.cooldown = _point("cooldown", round(0.75 * num_steps), (1 / len(SOURCES),) * len(SOURCES))
+    start = round((0.75 if kind == "cooldown" else 0.5) * num_steps)
+    g.cooldown = _point("cooldown", start, (1 / len(SOURCES),) * len(SOURCES))
   elif kind in SCHEDULES:
     for k, (start, lam) in enumerate(SCHEDULES[kind]):
       start_step = round(start * num_steps)
