@@ -34,7 +34,9 @@ windows of every source):
   last half of the run, uniform for the other); schedules on the fitted line,
   ``static_fitted_full_early`` and ``static_fitted_75_early`` (lambda 1 or 0.75 for the first
   half, then uniform) and :data:`SCHEDULES` (``static_fitted_75_quarter``, ``_75_3q``,
-  ``_decay``); ``elastic_cooldown`` (the elastic mixer, then uniform for the last quarter).
+  ``_decay``); ``elastic_cooldown`` (the elastic mixer, then uniform for the last quarter),
+  ``elastic_strong`` (the elastic mixer a quarter uniform) and ``elastic_strong_early`` (that for
+  the first half, then uniform).
 
 Hyper-parameters: each tunable arm had the same budget of three settings (:data:`TUNING`, the first
 one is the package default), tried at seed ``TUNING_SEED`` (never one of the reported seeds) and
@@ -56,11 +58,12 @@ steps), static_refitted 1.985 (706, 12%); static_fitted_25 713 (11%), static_fit
 static_fitted_full ties; static_fitted_early 1.973 (675, 15.6%), static_fitted_late 1.998 (760,
 5.1%); elastic_early 2.021 (+0.015); static_fitted_75_early 1.965 (654, 18.3%, the fewest steps),
 _75_3q 1.963 (17.2%), _75_quarter 1.986 (10.7%), _full_early 1.968 (15.2%), _decay 1.970 (16.2%),
-elastic_cooldown 2.003 (a tie). The curriculum update costs 1-14 us per step, under 0.03% of
+elastic_cooldown 2.003 (a tie), elastic_strong 2.043, elastic_strong_early 2.010. The curriculum update costs 1-14 us per step, under 0.03% of
 a step. With ``--layers 4 --d-model 128`` (0.85M parameters): uniform 1.660, elastic 1.645 (6.7%
 fewer steps), static_fitted 1.626 (12.7%; _25 8.7%, _75 13.4%, _full 11.7%), elastic_early
 1.654, exp3_full 1.662, andrea 2.029, static_fitted_75_early 1.613 (16.6%), _75_3q 1.614
-(15.5%), elastic_cooldown 1.642 (7.0%); with ``--layers 6 --d-model 192``: uniform 1.557, elastic
+(15.5%), elastic_cooldown 1.642 (7.0%), elastic_strong 1.659, elastic_strong_early 1.641
+(7.5%); with ``--layers 6 --d-model 192``: uniform 1.557, elastic
 1.543 (6.3%).
 """
 
