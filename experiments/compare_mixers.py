@@ -164,10 +164,14 @@ FITTED_KINDS = {"fitted": (FITTED_ELASTICITY, 0.5), "fitted_25": (FITTED_ELASTIC
                 "refitted": (REFITTED_ELASTICITY, 0.5)}
 
 
+def fitted_line(elastic: Sequence[float], lam: float) -> tuple[float, ...]:
+  """The mixture ``lambda b / sum b + (1 - lambda) / S`` for elasticities ``b``, in source order."""
+  return tuple(lam * b / sum(elastic) + (1 - lam) / len(SOURCES) for b in elastic)
+
+
 def fitted_mixture(kind: str) -> tuple[float, ...]:
   """The static mixture of a fitted kind of :data:`FITTED_KINDS`, in source order."""
-  elastic, lam = FITTED_KINDS[kind]
-  return tuple(lam * b / sum(elastic) + (1 - lam) / len(SOURCES) for b in elastic)
+  return fitted_line(*FITTED_KINDS[kind])
 
 
 # Schedules over time on the fitted line: kind -> ((start as a fraction of the run, lambda), ...),
@@ -239,9 +243,7 @@ def geometries(kind: str, num_steps: int = NUM_STEPS) -> ml_collections.ConfigDi
     for k, (start, lam) in enumerate(SCHEDULES[kind]):
       start_step = round(start * num_steps)
       if lam:
-        m = tuple(lam * b / sum(FITTED_ELASTICITY) + (1 - lam) / len(SOURCES)
-                  for b in FITTED_ELASTICITY)
-        g[f"part{k}"] = _point(f"part{k}", start_step, m)
+        g[f"part{k}"] = _point(f"part{k}", start_step, fitted_line(FITTED_ELASTICITY, lam))
       else:
         g[f"part{k}"] = geometry(f"part{k}", start_step)
   else:
