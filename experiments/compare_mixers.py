@@ -62,9 +62,9 @@ elastic_cooldown 2.003 (a tie), elastic_strong 2.043, elastic_strong_early 2.010
 a step. With ``--layers 4 --d-model 128`` (0.85M parameters): uniform 1.660, elastic 1.645 (6.7%
 fewer steps), static_fitted 1.626 (12.7%; _25 8.7%, _75 13.4%, _full 11.7%), elastic_early
 1.654, exp3_full 1.662, andrea 2.029, static_fitted_75_early 1.613 (16.6%), _75_3q 1.614
-(15.5%), elastic_cooldown 1.642 (7.0%), elastic_strong 1.659, elastic_strong_early 1.641
-(7.5%); with ``--layers 6 --d-model 192``: uniform 1.557, elastic
-1.543 (6.3%).
+(15.5%), _full_early 1.601 (20.3%; 1.603 and 18.6% on seeds 3-5), _decay 1.605 (18.6%),
+elastic_cooldown 1.642 (7.0%), elastic_strong 1.659, elastic_strong_early 1.641 (7.5%); with ``--layers 6 --d-model 192``: uniform 1.557, elastic
+1.543 (6.3%), static_fitted_full_early 1.504 (16.9%).
 """
 
 from collections.abc import Sequence
