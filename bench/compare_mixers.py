@@ -51,6 +51,10 @@ losses of the ``--arms`` runs (:func:`fit_elasticity`) and print the mixture it 
 estimate (:func:`within_run_elasticity`, from the run's share variation alone, as an online mixer
 would have to) agrees with that pooled fit.
 
+``--fit-proxy``: run the designed probes of :mod:`andrea_jax.curriculum.proxy` (``PROBE_ARMS``,
+20 static mixtures in a two-level orthogonal array) at ``TUNING_SEED`` and fit each source's
+elasticity on their training losses: the ``PROXY_ELASTICITY`` behind the ``proxy_early`` arm.
+
 ``--steps`` and ``--data-scale`` (``data.builtin_scale``) run the same arms longer, on a corpus
 large enough not to repeat (``--steps 12800 --data-scale 4`` stays under half an epoch of every
 source under the uniform mixture).
@@ -790,6 +794,52 @@ def tune(exp, args, runner) -> int:
   return 0
 
 
+def fit_proxy(exp, args, runner) -> int:
+  """Runs the designed probes (``PROBE_ARMS``) at ``TUNING_SEED`` and fits each source's
+  elasticity on their training losses (:func:`andrea_jax.curriculum.proxy.fit_elasticity`); prints
+  and writes ``<out>/proxy_fit.{md,json}`` with ``PROXY_ELASTICITY`` to copy into the experiment,
+  its agreement with ``FITTED_ELASTICITY`` (the hindsight fit) and the probes' cost."""
+  from andrea_jax.curriculum import proxy
+  from andrea_jax.sources import SOURCES
+  shares, losses, walls = [], [], []
+  for arm in exp.PROBE_ARMS:
+    c = _config(exp, arm, exp.TUNING_SEED, args)
+    workdir = os.path.join(args.out, "proxy", arm)
+    walls.append(run_arm(c, workdir, runner))
+    r = read_run(workdir, SOURCES)
+    shares.append(r["weights"])   # the design's mixture: the sampler realises it exactly on average
+    losses.append([late_train_loss(r["train_loss"][s], args.num_steps) for s in SOURCES])
+    print(f"{arm}: mean late training loss {np.mean(losses[-1]):.4f} ({walls[-1]:.0f} s)",
+          flush=True)
+  try:
+    fit = proxy.fit_elasticity(np.array(shares), np.array(losses))
+  except ValueError as e:  # e.g. a source with no rows late in a probe: batches too small
+    print(f"cannot fit the probes' elasticities: {e} (runs under {args.out}/proxy)",
+          file=sys.stderr)
+    return 2
+  mixture = proxy.elasticity_mixture(fit.b)
+  hindsight = np.asarray(exp.FITTED_ELASTICITY)
+  r = float(np.corrcoef(mixture, hindsight)[0, 1])
+  rows = [["source", "b (nats per unit of ln share)", "R^2", "mixture share (lambda 1)",
+           "FITTED_ELASTICITY (hindsight)"]]
+  rows += [[s, f"{b:+.3f}", f"{q:.2f}", f"{w:.3f}", f"{h:.3f}"]
+           for s, b, q, w, h in zip(SOURCES, fit.b, fit.r2, mixture, hindsight)]
+  c0 = _config(exp, exp.PROBE_ARMS[0], exp.TUNING_SEED, args)
+  head = (f"{len(exp.PROBE_ARMS)} probes at seed {exp.TUNING_SEED}, {args.num_steps} steps, "
+          f"{c0.model.num_layers}-layer d={c0.model.d_model}; probe wall time {sum(walls):.0f} s "
+          f"in all; Pearson r of the mixture with FITTED_ELASTICITY {r:+.2f}")
+  code = "PROXY_ELASTICITY = (" + ", ".join(f"{b:.3f}" for b in fit.b) + ")"
+  print(f"\n{head}\n{text_table(rows)}\n\n{code}")
+  os.makedirs(args.out, exist_ok=True)
+  with open(os.path.join(args.out, "proxy_fit.md"), "w") as f:
+    f.write(f"{head}\n\n{markdown_table(rows)}\n\n{code}\n")
+  with open(os.path.join(args.out, "proxy_fit.json"), "w") as f:
+    json.dump({"b": fit.b.tolist(), "r2": json_safe(fit.r2.tolist()),
+               "mixture": mixture.tolist(), "pearson_vs_hindsight": r, "probe_wall_s": walls},
+              f, indent=1)
+  return 0
+
+
 def main(argv: Sequence[str] | None = None, runner: Callable = train_runner) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--out", default="runs/compare_mixers",
@@ -817,6 +867,9 @@ def main(argv: Sequence[str] | None = None, runner: Callable = train_runner) -> 
   parser.add_argument("--fit-elasticity", action="store_true",
                       help="print the elasticities fitted on the --arms' training losses instead "
                            "of a report (FITTED_ELASTICITY of experiments/compare_mixers.py)")
+  parser.add_argument("--fit-proxy", action="store_true",
+                      help="run the designed probes (PROBE_ARMS) at the tuning seed and print "
+                           "the PROXY_ELASTICITY fitted on their training losses")
   parser.add_argument("--overhead-rounds", type=int, default=30)
   parser.add_argument("--overhead-steps", type=int, default=20)
   args = parser.parse_args(argv)
@@ -828,6 +881,8 @@ def main(argv: Sequence[str] | None = None, runner: Callable = train_runner) -> 
   args.num_steps = args.steps or (80 if args.quick else exp.NUM_STEPS)
   if args.tune:
     return tune(exp, args, runner)
+  if args.fit_proxy:
+    return fit_proxy(exp, args, runner)
 
   from andrea_jax.sources import SOURCES
   arms = [a.strip() for a in args.arms.split(",") if a.strip()]

@@ -72,7 +72,7 @@ from collections.abc import Sequence
 import ml_collections
 
 from andrea_jax import config as config_lib
-from andrea_jax.curriculum import andrea_geometries, geometry
+from andrea_jax.curriculum import andrea_geometries, geometry, proxy
 from andrea_jax.sources import SOURCES
 
 NUM_STEPS = 800              # ANDREA's 200K-step regimes shrink to start at 0, 80 and 450
@@ -140,7 +140,19 @@ ARMS = {
     # 0.75), throughout or for the first half and then uniform.
     "elastic_strong": ("elastic", "full", {"elastic.uniform_mix": 0.25}),
     "elastic_strong_early": ("elastic", "cooldown_half", {"elastic.uniform_mix": 0.25}),
+    # The proxy recipe, fixed before its runs (andrea_jax.curriculum.proxy): the mixture
+    # proportional to the elasticities fitted on the designed probes (PROXY_ELASTICITY) for the
+    # first half, then uniform.
+    "proxy_early": ("static", "proxy_early"),
 }
+
+# The designed probes of andrea_jax.curriculum.proxy: 20 static mixtures over the 16 sources, each
+# source high (4x a low source's share) in half of them, in a two-level orthogonal array. Run at
+# TUNING_SEED on the 2-layer model and fitted on their training losses by
+# ``bench/compare_mixers.py --fit-proxy``; never on a reported seed.
+PROBE_MIXTURES = proxy.probe_mixtures(len(SOURCES))
+PROBE_ARMS = tuple(f"probe_{k:02d}" for k in range(len(PROBE_MIXTURES)))
+ARMS.update({arm: ("static", arm) for arm in PROBE_ARMS})
 
 # A static mixture fitted after the fact, from the *training* losses of the full-simplex arms above
 # (seeds 0-2): per source, the late training loss minus uniform's regressed on the log of the share
@@ -183,6 +195,14 @@ SCHEDULES = {"fitted_75_quarter": ((0.0, 0.75), (0.25, 0.0)),
              "fitted_75_3q": ((0.0, 0.75), (0.75, 0.0)),
              "fitted_decay": ((0.0, 1.0), (0.25, 0.75), (0.5, 0.5), (0.75, 0.25))}
 
+# The elasticities (nats per unit of log share) fitted on the PROBE_ARMS' training losses
+# (``bench/compare_mixers.py --fit-proxy``), source order; ``proxy_early`` holds
+# ``elasticity_mixture(PROXY_ELASTICITY)`` (lambda 1) for the first half, uniform after. Fitted on
+# the 20 probes (638 s of 2-layer runs in all), R^2 0.78 to 0.98 except oasst, gutenberg and
+# repo-docs, whose own share made no difference (b about 0, R^2 0.01 to 0.15).
+PROXY_ELASTICITY = (0.156, 0.132, 0.140, 0.180, 0.259, -0.006, -0.009, 0.372, -0.022, 0.443, 0.172,
+                    0.301, 0.662, 0.199, 0.251, 0.072)
+
 FITTED_MIXTURE = fitted_mixture("fitted")
 REFITTED_MIXTURE = fitted_mixture("refitted")
 
@@ -217,7 +237,9 @@ def geometries(kind: str, num_steps: int = NUM_STEPS) -> ml_collections.ConfigDi
   ``"<fitted kind>_late"`` (``"fitted_early"``, ``"fitted_full_early"``, ...): that fitted mixture
   for the first (last) half of the run, the full simplex for the other half; one of
   :data:`SCHEDULES`: a schedule on the fitted line; ``"cooldown"`` (``"cooldown_half"``): the full
-  simplex for 3/4 (1/2) of the run, then (nearly) the uniform point."""
+  simplex for 3/4 (1/2) of the run, then (nearly) the uniform point; ``"probe_<k>"``: the static
+  mixture ``PROBE_MIXTURES[k]``; ``"proxy_early"``: the mixture of :data:`PROXY_ELASTICITY` for the
+  first half of the run, then uniform."""
   if kind == "andrea":
     return andrea_geometries(num_steps, scale=num_steps / 200_000)
   g = ml_collections.ConfigDict()
@@ -239,6 +261,13 @@ def geometries(kind: str, num_steps: int = NUM_STEPS) -> ml_collections.ConfigDi
     g.full = geometry("full", 0)
     start = round((0.75 if kind == "cooldown" else 0.5) * num_steps)
     g.cooldown = _point("cooldown", start, (1 / len(SOURCES),) * len(SOURCES))
+  elif kind in PROBE_ARMS:
+    g.probe = geometry("probe", 0, mixture=dict(zip(SOURCES, PROBE_MIXTURES[int(kind[6:])].tolist())))
+  elif kind == "proxy_early":
+    if PROXY_ELASTICITY is None:
+      raise ValueError("proxy_early needs PROXY_ELASTICITY: run bench/compare_mixers.py "
+                       "--fit-proxy and copy its output into experiments/compare_mixers.py")
+    g = proxy.proxy_schedule(proxy.elasticity_mixture(PROXY_ELASTICITY), num_steps, hold=0.5)
   elif kind in SCHEDULES:
     for k, (start, lam) in enumerate(SCHEDULES[kind]):
       start_step = round(start * num_steps)
@@ -249,7 +278,7 @@ def geometries(kind: str, num_steps: int = NUM_STEPS) -> ml_collections.ConfigDi
   else:
     raise ValueError("geometry kind must be andrea, full, floor, noise_cap, one of "
                      f"{', '.join(FITTED_KINDS)}, or one of them followed by _early or _late, "
-                     f"or one of {', '.join(SCHEDULES)}, got {kind!r}")
+                     f"or one of {', '.join(SCHEDULES)}, probe_<k> or proxy_early, got {kind!r}")
   return g
 
 

@@ -231,6 +231,23 @@ def test_every_arm_is_a_valid_run_config():
   spec = runconfig.build(exp.arm_config("static_fitted_75_early", num_steps=200)).curriculum_spec
   by_floors = simulate.simulate(spec, jax.random.key(0), 200)
   assert np.abs(by_mixture.weights - by_floors.weights).sum(axis=1).max() <= 2e-3
+  # The designed probes hold their mixture exactly: each source 2 or 1/2 before normalising, in
+  # the pattern of a Hadamard matrix's columns (checked here as the probe's own mixture, and row 0
+  # is uniform).
+  assert len(exp.PROBE_ARMS) == 20
+  for k in (0, 7, 19):
+    spec = runconfig.build(exp.arm_config(exp.PROBE_ARMS[k], num_steps=200)).curriculum_spec
+    w = curriculum.weights_at(curriculum.schedule(curriculum.init(spec, jax.random.key(0))), 0)
+    np.testing.assert_allclose(w, exp.PROBE_MIXTURES[k], atol=1e-6)
+    assert set(np.round(w / w.min(), 4).tolist()) <= {1.0, 4.0}
+  np.testing.assert_allclose(exp.PROBE_MIXTURES[0], 1 / 16)
+  # proxy_early: max(b, 0.02) normalised (worked out from the listed numbers) for the first half
+  # of the run, then uniform.
+  b = np.maximum(np.array(exp.PROXY_ELASTICITY), 0.02)
+  spec = runconfig.build(exp.arm_config("proxy_early", num_steps=200)).curriculum_spec
+  w_NxS = simulate.simulate(spec, jax.random.key(0), 200).weights
+  np.testing.assert_allclose(w_NxS[:100], np.broadcast_to(b / b.sum(), (100, 16)), atol=1e-6)
+  np.testing.assert_allclose(w_NxS[100:], 1 / 16, atol=1e-6)
 
 
 def test_fit_elasticity_recovers_a_power_law():
@@ -378,3 +395,36 @@ def test_model_size_flags_reach_every_run(tmp_path):
   for bad in (["--d-model", "100"], ["--d-model", "0"], ["--layers", "0"]):
     with pytest.raises(SystemExit):
       bench.main(["--out", str(tmp_path), "--quick", *bad], runner=runner)
+
+
+def test_fit_proxy_runs_the_probes_and_recovers_their_elasticities(tmp_path, capsys):
+  """``--fit-proxy`` on a fake trainer whose per-source training loss is exactly ``c - b ln(16 w)``
+  under the probe's mixture ``w`` (read from the run's own curriculum): it runs the 20 probes at
+  the tuning seed and prints the chosen ``b``."""
+  import jax
+  from andrea_jax import curriculum, runconfig
+  b = np.round(np.linspace(0.02, 0.62, 16), 3)
+  seeds = []
+
+  def runner(config, workdir):
+    seeds.append(config.seed)
+    spec = runconfig.build(config).curriculum_spec
+    w = curriculum.weights_at(curriculum.schedule(curriculum.init(spec, jax.random.key(0))), 0)
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+      for step in range(0, config.train.num_steps, 8):
+        rec = {"step": step, "loss": 2.0, **{f"weight/{s}": float(x) for s, x in zip(SOURCES, w)},
+               **{f"share/{s}": float(x) for s, x in zip(SOURCES, w)},
+               **{f"loss/{s}": float(2.0 - bs * math.log(16 * x))
+                  for s, bs, x in zip(SOURCES, b, w)}}
+        f.write(json.dumps(rec) + "\n")
+
+  assert bench.main(["--out", str(tmp_path), "--quick", "--fit-proxy"], runner=runner) == 0
+  assert seeds == [100] * 20
+  out = capsys.readouterr().out
+  assert "PROXY_ELASTICITY = (" + ", ".join(f"{x:.3f}" for x in b) + ")" in out
+  with open(tmp_path / "proxy_fit.json") as f:
+    fit = json.load(f)
+  np.testing.assert_allclose(fit["b"], b, atol=2e-6)   # the weights pass through float32
+  w = np.maximum(b, 0.02)
+  np.testing.assert_allclose(fit["mixture"], w / w.sum(), atol=1e-6)

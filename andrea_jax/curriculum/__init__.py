@@ -17,7 +17,8 @@ online data mixing: EXP3 on the per-source training loss, projected onto each re
 
 Modules: :mod:`.config` (the config section, geometry builders, validation into a
 :class:`CurriculumSpec`), :mod:`.engine` (phases and geometries), :mod:`.exp3` (the EXP3 mixer's
-pure functions), :mod:`.elastic` (the elastic mixer's), :mod:`.simulate` (the curriculum against a synthetic reward model, in one
+pure functions), :mod:`.elastic` (the elastic mixer's), :mod:`.proxy` (a mixture schedule fitted
+on designed probe runs of a small proxy model), :mod:`.simulate` (the curriculum against a synthetic reward model, in one
 ``lax.scan``), :mod:`.plots`; ``python -m andrea_jax.curriculum`` runs the simulator.
 """
 
