@@ -1,0 +1,139 @@
+"""``python -m andrea_jax.fit_proxy`` and ``experiments/proxy.py``: probes, fit, the target run."""
+
+import importlib.util
+import json
+import math
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from andrea_jax import curriculum, fit_proxy, runconfig
+from andrea_jax.curriculum import simulate
+from andrea_jax.sources import SOURCES
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+B = np.round(np.linspace(0.03, 0.6, 16), 3)
+
+
+def _experiment(name):
+  spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def _power_law_runner(calls):
+  """A fake trainer: each source's logged training loss is exactly ``2 - B ln(16 w)`` under the
+  mixture the run's own curriculum holds (every 10 steps, noise-free)."""
+  def runner(config, workdir):
+    calls.append(workdir)
+    spec = runconfig.build(config).curriculum_spec
+    w = curriculum.weights_at(curriculum.schedule(curriculum.init(spec, jax.random.key(0))), 0)
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+      for step in range(0, config.train.num_steps + 1, 10):
+        rec = {"step": step, "loss": 2.0}
+        rec.update({f"loss/{s}": float(2.0 - b * math.log(16 * x))
+                    for s, b, x in zip(SOURCES, B, w)})
+        f.write(json.dumps(rec) + "\n")
+  return runner
+
+
+def test_fit_recovers_the_elasticities_and_reuses_finished_probes(tmp_path):
+  config = _experiment("tiny").get_config()
+  calls = []
+  out = fit_proxy.fit(config, str(tmp_path), config_file="experiments/tiny.py",
+                      runner=_power_law_runner(calls))
+  assert len(calls) == 20 and calls[0].endswith("probe_00")
+  np.testing.assert_allclose(out["b"], B, atol=2e-6)   # the mixture passes through float32
+  w = np.maximum(B, 0.02)
+  np.testing.assert_allclose(out["mixture"], w / w.sum(), atol=1e-6)
+  assert out["hold"] == 0.5 and out["sources"] == list(SOURCES)
+  with open(tmp_path / "proxy_fit.json") as f:
+    assert json.load(f)["config_file"] == "experiments/tiny.py"
+
+  def refuse(config, workdir):
+    raise AssertionError(f"retrained {workdir}")
+  again = fit_proxy.fit(config, str(tmp_path), lam=0.5, config_file="experiments/tiny.py",
+                        runner=refuse)
+  np.testing.assert_allclose(again["mixture"], 0.5 * w / w.sum() + 0.5 / 16, atol=1e-6)
+
+
+def test_a_probe_holds_its_mixture_on_the_full_simplex_with_the_static_strategy():
+  config = _experiment("tiny").get_config()
+  mixture = np.linspace(1.0, 2.0, 16) / np.linspace(1.0, 2.0, 16).sum()
+  c = fit_proxy.probe_config(config, mixture, SOURCES)
+  assert config.curriculum.strategy == "andrea"           # the caller's config is left alone
+  spec = runconfig.build(c).curriculum_spec
+  w_NxS = simulate.simulate(spec, jax.random.key(0), 50).weights
+  np.testing.assert_allclose(w_NxS, np.broadcast_to(mixture, (50, 16)), atol=1e-6)
+  assert c.train.checkpoint_every == 0 and not c.train.plot
+
+
+def test_the_target_run_trains_the_recorded_config_under_the_schedule(tmp_path, monkeypatch):
+  monkeypatch.chdir(ROOT)
+  mixture = np.maximum(B, 0.02) / np.maximum(B, 0.02).sum()
+  with open(tmp_path / "proxy_fit.json", "w") as f:
+    json.dump({"sources": list(SOURCES), "mixture": mixture.tolist(), "hold": 0.25,
+               "config_file": "experiments/tiny.py:v2_firehose"}, f)
+  c = _experiment("proxy").get_config(str(tmp_path))
+  tiny = _experiment("tiny").get_config("v2_firehose")
+  assert c.model.to_dict() == tiny.model.to_dict()        # the target's own model
+  assert c.train.num_steps == 1000
+  spec = runconfig.build(c).curriculum_spec
+  assert spec.geometry_names == ("proxy", "uniform") and spec.starts.tolist() == [0, 250]
+  w_NxS = simulate.simulate(spec, jax.random.key(0), 400).weights
+  np.testing.assert_allclose(w_NxS[:250], np.broadcast_to(mixture, (250, 16)), atol=1e-6)
+  np.testing.assert_allclose(w_NxS[250:], 1 / 16, atol=1e-6)
+
+
+def test_the_target_run_names_what_is_missing(tmp_path):
+  proxy_exp = _experiment("proxy")
+  with pytest.raises(ValueError, match="needs the fit's directory"):
+    proxy_exp.get_config()
+  with pytest.raises(ValueError, match=r"proxy_fit.json does not exist: run python -m "):
+    proxy_exp.get_config(str(tmp_path))
+  with open(tmp_path / "proxy_fit.json", "w") as f:
+    json.dump({"sources": list(SOURCES), "mixture": [1 / 16] * 16, "hold": 0.5,
+               "config_file": "experiments/nowhere.py"}, f)
+  with pytest.raises(ValueError, match="config file 'experiments/nowhere.py'"):
+    proxy_exp.get_config(str(tmp_path))
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"lam": 1.5}, r"lam must be in \[0, 1\], got 1.5"),
+    ({"hold": 0.0}, r"hold must be in \(0, 1\], got 0.0"),
+    ({"late": float("nan")}, r"late must be in \(0, 1\], got nan"),
+    ({"ratio": 1.0}, "ratio must be a finite number > 1"),
+])
+def test_bad_settings_are_refused_before_any_probe_runs(tmp_path, kwargs, message):
+  def refuse(config, workdir):
+    raise AssertionError("a probe ran")
+  with pytest.raises(ValueError, match=message):
+    fit_proxy.fit(_experiment("tiny").get_config(), str(tmp_path), runner=refuse, **kwargs)
+
+
+def test_late_losses_name_the_file_and_the_silent_source(tmp_path):
+  path = tmp_path / "metrics.jsonl"
+  path.write_text(json.dumps({"step": 95, "loss/chat": 1.0, "loss/oasst": 3.0}) + "\n"
+                  + json.dumps({"step": 99, "loss/chat": 2.0}) + "\n"
+                  + json.dumps({"step": 10, "loss/dictionary": 5.0}) + "\n")
+  np.testing.assert_allclose(fit_proxy.late_losses(str(path), ["chat", "oasst"], 100, 0.1),
+                             [1.5, 3.0])
+  with pytest.raises(ValueError, match=r"metrics.jsonl: no training loss logged for dictionary "
+                                       r"in the last 10% of the 100 steps"):
+    fit_proxy.late_losses(str(path), ["chat", "dictionary"], 100, 0.1)
+
+
+def test_the_command_line_refuses_a_bad_setting_with_one_line(tmp_path):
+  r = subprocess.run([sys.executable, "-m", "andrea_jax.fit_proxy",
+                      "--config=experiments/tiny.py", f"--workdir={tmp_path}", "--hold=2"],
+                     cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert r.returncode == 1
+  assert r.stderr.strip().splitlines()[-1] == "error: hold must be in (0, 1], got 2.0"
+  assert not list(tmp_path.iterdir())
