@@ -144,6 +144,11 @@ ARMS = {
     # proportional to the elasticities fitted on the designed probes (PROXY_ELASTICITY) for the
     # first half, then uniform.
     "proxy_early": ("static", "proxy_early"),
+    # The same proxy mixture for the first half, then the elastic mixer (its default settings) on
+    # the full simplex: the proxy where the online estimates are worst (early), the online mixer
+    # where they are good (its gain at 0.85M is made after the first quarter). Its fit observes
+    # every step, the first half too.
+    "proxy_then_elastic": ("elastic", "proxy_early"),
 }
 
 # The designed probes of andrea_jax.curriculum.proxy: 20 static mixtures over the 16 sources, each

@@ -356,21 +356,46 @@ def test_a_static_mixture_on_another_strategy_is_refused():
   c = curriculum.curriculum_config()
   c.static_mixture.chat = 3.0
   with pytest.raises(ValueError, match=r"curriculum.static_mixture is set, but only strategy "
-                     r"'static' holds a mixture; curriculum.strategy is 'andrea'"):
+                     r"'static' holds it \(a mixer holds a geometry's own mixture only\); "
+                     r"curriculum.strategy is 'andrea'"):
     curriculum.spec_from_config(c)
   c.static_mixture.chat = 1.0           # uniform (the default): nothing is ignored
   curriculum.spec_from_config(c)
 
 
-@pytest.mark.parametrize("strategy", ["andrea", "exp3", "elastic"])
-def test_a_geometry_mixture_on_another_strategy_is_refused(strategy):
-  from andrea_jax.curriculum import geometry
+@pytest.mark.parametrize("strategy", ["andrea", "bandit_only", "random_only", "exp3", "elastic"])
+def test_a_geometry_mixture_is_held_under_any_strategy(strategy):
+  """A proxy-style mixture (chat 3, the 15 others 1: 3/18 and 1/18) for the first 100 steps, then
+  the full simplex: the mixture holds exactly until the boundary, every phase there is fixed, and
+  the strategy's own phases (never fixed) decide everything after it."""
+  from andrea_jax.curriculum import geometry, simulate
   c = curriculum.curriculum_config()
   c.strategy = strategy
-  c.geometries = ml_collections.ConfigDict({"proxy": geometry("proxy", 0, mixture={"chat": 3})})
-  with pytest.raises(ValueError, match=r"curriculum.geometries.proxy.mixture is set, but only "
-                     r"strategy 'static' holds a mixture; curriculum.strategy is '" + strategy):
-    curriculum.spec_from_config(c)
+  c.geometries = ml_collections.ConfigDict({"proxy": geometry("proxy", 0, mixture={"chat": 3}),
+                                            "free": geometry("free", 100)})
+  spec = curriculum.spec_from_config(c)
+  assert spec.held_geometries.tolist() == [True, False]
+  want_S = np.array([3.0 if s == "chat" else 1.0 for s in SOURCES]) / 18
+  run = simulate.simulate(spec, jax.random.key(0), 300)
+  np.testing.assert_allclose(run.weights[:100], np.broadcast_to(want_S, (100, 16)), atol=1e-6)
+  assert (run.kinds[:100] == curriculum.KIND_FIXED).all()
+  mixer_kinds = {"andrea": {curriculum.KIND_RANDOM, curriculum.KIND_BANDIT},
+                 "bandit_only": {curriculum.KIND_BANDIT}, "random_only": {curriculum.KIND_RANDOM},
+                 "exp3": {curriculum.KIND_EXP3}, "elastic": {curriculum.KIND_ELASTIC}}[strategy]
+  assert set(run.kinds[100:].tolist()) <= mixer_kinds
+  assert np.abs(run.weights[100:] - want_S).sum(axis=1).max() > 1e-3   # the mixer moved
+
+
+def test_a_held_first_geometry_starts_the_run_on_its_mixture():
+  """Phase 0 (decided before any step) is the first geometry's own mixture under a mixer too."""
+  from andrea_jax.curriculum import geometry
+  c = curriculum.curriculum_config()
+  c.strategy = "elastic"
+  c.geometries = ml_collections.ConfigDict({"proxy": geometry("proxy", 0, mixture={"chat": 0}),
+                                            "free": geometry("free", 100)})
+  w_S = curriculum.weights_at(curriculum.schedule(
+      curriculum.init(curriculum.spec_from_config(c), jax.random.key(0))), 0)
+  np.testing.assert_allclose(w_S, [0.0 if s == "chat" else 1 / 15 for s in SOURCES], atol=1e-7)
 
 
 @pytest.mark.parametrize("mixture, message", [

@@ -76,12 +76,14 @@ def geometry(name: str, start_step: int, *, floors: Mapping[str, float] | None =
     floors, ceilings: ``{source name: weight}``; the others get floor 0 and ceiling 1.
     only: if given, the only sources that may have weight; exclude: sources pinned at 0.
     sources: the source order.
-    mixture: strategy ``"static"`` only: ``{source name: relative weight}`` (a source left out
-      keeps 1) held while this geometry is in force, in place of ``curriculum.static_mixture``,
-      and brought into the region like it (see :mod:`andrea_jax.curriculum.engine`). Stored
-      listing all sources, so that each can be overridden on the command line. Geometries in
-      turn, each with its mixture, make a mixture schedule (e.g. a proxy-fitted mixture, then
-      uniform for the last part of the run).
+    mixture: ``{source name: relative weight}`` (a source left out keeps 1) held while this
+      geometry is in force, in place of ``curriculum.static_mixture``, and brought into the
+      region like it (see :mod:`andrea_jax.curriculum.engine`), whatever the strategy: under a
+      mixer (``"elastic"``, ``"exp3"``, ``"andrea"``, ...) the mixer still observes every step
+      and decides the phases of the geometries without one. Stored listing all sources, so that
+      each can be overridden on the command line. Geometries in turn, each with its mixture,
+      make a mixture schedule (e.g. a proxy-fitted mixture, then uniform for the last part of
+      the run, or then the elastic mixer).
 
   Example:
     >>> g = geometry("v3_polish", 112_619, floors={"hermes3-general": 0.7},
@@ -237,6 +239,8 @@ class CurriculumSpec:
     static_mixture: ``[G, S]`` float32, each row summing to 1: strategy ``"static"``'s mixture in
       each geometry before it is projected onto the region (the geometry's own ``mixture``, else
       ``curriculum.static_mixture``); None = uniform in every geometry (see :attr:`mixture`).
+    held: ``[G]`` bool: the geometries with a ``mixture`` of their own, held there under *every*
+      strategy (a mixer still observes every step); None = none (see :attr:`held_geometries`).
   """
   sources: tuple[str, ...]
   geometry_names: tuple[str, ...]
@@ -254,10 +258,11 @@ class CurriculumSpec:
   elastic: ElasticParams = ElasticParams()
   bandit_reward_code: int = 0
   static_mixture: np.ndarray | None = None
+  held: np.ndarray | None = None
 
   _LEAVES = ("starts", "lowers", "uppers", "strategy_code", "phase_min_steps", "phase_max_steps",
              "random_share", "eta", "bandit", "exp3", "elastic", "bandit_reward_code",
-             "static_mixture")
+             "static_mixture", "held")
 
   def tree_flatten(self):
     return (tuple(getattr(self, n) for n in self._LEAVES),
@@ -277,7 +282,8 @@ class CurriculumSpec:
             np.asarray(self.lowers).tobytes(), np.asarray(self.uppers).tobytes(),
             self.strategy_code, self.phase_min_steps, self.phase_max_steps, self.random_share,
             self.eta, self.decision_lag, self.bandit, self.exp3, self.elastic,
-            self.bandit_reward_code, np.asarray(self.mixture).tobytes())
+            self.bandit_reward_code, np.asarray(self.mixture).tobytes(),
+            np.asarray(self.held_geometries).tobytes())
 
   @property
   def mixture(self) -> np.ndarray:
@@ -288,6 +294,13 @@ class CurriculumSpec:
       shape = (len(self.geometry_names), len(self.sources))
       return np.full(shape, 1.0 / len(self.sources), np.float32)
     return self.static_mixture
+
+  @property
+  def held_geometries(self) -> np.ndarray:
+    """``[G]`` bool: the geometries whose own ``mixture`` is held whatever the strategy."""
+    if self.held is None:
+      return np.zeros(len(self.geometry_names), bool)
+    return self.held
 
   def __eq__(self, other):
     return isinstance(other, CurriculumSpec) and self._key() == other._key()
@@ -460,10 +473,11 @@ def spec_from_config(config: ml_collections.ConfigDict, sources: Sequence[str] =
              else f"curriculum.geometries.{name}.mixture")
     m_S = _static_mixture(c.get("static_mixture") if own is None else own, sources, where,
                           region if own is not None or strategy == "static" else None)
-    if strategy != "static" and (own is not None or np.ptp(m_S) > 0):
+    if strategy != "static" and own is None and np.ptp(m_S) > 0:
       # Held by the static strategy only: on any other it would be silently ignored.
-      raise ValueError(f"{where} is set, but only strategy 'static' holds a mixture; "
-                       f"curriculum.strategy is {strategy!r}")
+      raise ValueError(f"{where} is set, but only strategy 'static' holds it (a mixer holds a "
+                       "geometry's own mixture only); curriculum.strategy is "
+                       f"{strategy!r}")
     mixtures_GxS.append(m_S)
   return CurriculumSpec(
       sources=sources, geometry_names=tuple(names), starts=np.array(starts, np.int32),
@@ -472,7 +486,8 @@ def spec_from_config(config: ml_collections.ConfigDict, sources: Sequence[str] =
       strategy_code=STRATEGIES.index(strategy), phase_min_steps=lo, phase_max_steps=hi,
       random_share=float(share), eta=float(eta), decision_lag=lag, bandit=bandit, exp3=exp3,
       elastic=elastic, bandit_reward_code=BANDIT_REWARDS.index(reward),
-      static_mixture=np.stack(mixtures_GxS))
+      static_mixture=np.stack(mixtures_GxS),
+      held=np.array([geometries[name].get("mixture") is not None for _, _, name in entries]))
 
 
 def _static_mixture(given, sources: Sequence[str], where: str = "curriculum.static_mixture",

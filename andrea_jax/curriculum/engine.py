@@ -9,7 +9,8 @@ weight vector ``w`` (a point of the region in force when it starts):
 * a *bandit* phase moves toward the UCB-optimal vertex ``v`` of the region
   (:func:`andrea_jax.simplex.greedy_vertex` of the bandit's indices, ties broken at random):
   ``w <- (1 - eta) w + eta v``;
-* strategy ``"static"``: the region's own ``mixture``, else ``curriculum.static_mixture``
+* a region with a ``mixture`` of its own, under *any* strategy, and strategy ``"static"`` in
+  every region: the region's own ``mixture``, else ``curriculum.static_mixture``
   (uniform by default), every phase: restricted to the sources the region allows and
   renormalised, which keeps its ratios, then projected onto the region, which moves it only
   where a floor or ceiling binds (for the uniform default, with ANDREA's geometries this is *not*
@@ -184,8 +185,8 @@ def _key_data(key: jax.Array) -> jax.Array:
 def init(spec: CurriculumSpec, key: jax.Array) -> CurriculumState:
   """The state before step 0: phase 0 decided, its weights covering steps ``0..decision_lag``+.
 
-  Phase 0 is a fixed phase: strategy ``"static"``'s mixture, the uniform one for the others,
-  projected onto the first region.
+  Phase 0 is a fixed phase: strategy ``"static"``'s mixture (or the first geometry's own
+  mixture, under any strategy), the uniform one for the others, projected onto the first region.
 
   Args:
     spec: the static curriculum (:func:`spec_from_config`).
@@ -200,8 +201,10 @@ def init(spec: CurriculumSpec, key: jax.Array) -> CurriculumState:
   key = _key_data(key)
   num = spec.num_sources
   lower, upper, _ = _bounds(spec, jnp.int32(0), jnp.zeros((num,), bool))
-  # Phase 0 is fixed: the static strategy's own mixture, uniform for the mixers (nothing observed).
-  start_S = jnp.where(spec.strategy_code == STRATEGIES.index("static"),
+  # Phase 0 is fixed: the static strategy's own mixture, uniform for the mixers (nothing observed)
+  # unless the first geometry holds a mixture of its own.
+  start_S = jnp.where((spec.strategy_code == STRATEGIES.index("static"))
+                      | jnp.asarray(spec.held_geometries)[0],
                       _held_mixture(spec, jnp.int32(0), upper), jnp.full((num,), 1.0 / num))
   w_S = simplex.project(start_S.astype(jnp.float32), lower, upper)
   length = _phase_length(spec, jax.random.fold_in(jax.random.wrap_key_data(key), 0), jnp.int32(0))
@@ -256,6 +259,8 @@ def _decide(spec: CurriculumSpec, state: CurriculumState) -> CurriculumState:
       [code == STRATEGIES.index("static"), code == STRATEGIES.index("exp3"),
        code == STRATEGIES.index("elastic"), is_random],
       [KIND_FIXED, KIND_EXP3, KIND_ELASTIC, KIND_RANDOM], KIND_BANDIT).astype(jnp.int32)
+  # A geometry with a mixture of its own holds it whatever the strategy (the mixers keep observing).
+  kind = jnp.where(jnp.asarray(spec.held_geometries)[g], KIND_FIXED, kind).astype(jnp.int32)
   # Branch order follows the KIND_* codes; only the chosen branch runs.
   w_S = jax.lax.switch(kind, (random_phase, bandit_phase, fixed_phase, exp3_phase, elastic_phase))
   # One last exact projection: the floors and zeros hold exactly after float32 rounding.

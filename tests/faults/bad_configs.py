@@ -157,11 +157,12 @@ def _geometry_breakages():
   out.append(st.floats(0, 0.3, exclude_min=True).map(lambda v: Breakage(
       "cross-field", "repo[-_]docs",
       (Set("curriculum.geometries.v3_polish.floors.repo_docs", v),))))
-  # A geometry's own mixture: held by strategy "static" only (the base config's is "andrea"), and
-  # its weights are relative shares >= 0 like curriculum.static_mixture's.
-  out.append(st.floats(0, 10).map(lambda v: Breakage(
-      "cross-field", r"v2_firehose\.mixture is set, but only strategy 'static'",
-      (Set("curriculum.geometries.v2_firehose.mixture", {"chat": v}),))))
+  # A geometry's own mixture (held under any strategy, the base config's "andrea" too): its
+  # weights are relative shares >= 0 like curriculum.static_mixture's, and none may fall on a
+  # source the geometry excludes.
+  out.append(st.floats(0, 10).filter(lambda v: v not in (0.0, 1.0)).map(lambda v: Breakage(
+      "cross-field", r"v3_polish\.mixture weighs 'repo-docs', which geometry 'v3_polish' excludes",
+      (Set("curriculum.geometries.v3_polish.mixture", {"repo_docs": v}),))))
   out.append(st.one_of(st.floats(max_value=0, exclude_max=True), NON_FINITE, NOT_NUMBER).map(
       lambda v: Breakage("out of range / negative size" if isinstance(v, float) and v < 0
                          else "NaN / infinity" if isinstance(v, float) else "wrong type",
