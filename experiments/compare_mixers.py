@@ -37,6 +37,11 @@ windows of every source):
   ``_decay``); ``elastic_cooldown`` (the elastic mixer, then uniform for the last quarter),
   ``elastic_strong`` (the elastic mixer a quarter uniform) and ``elastic_strong_early`` (that for
   the first half, then uniform).
+* the designed proxy (:mod:`andrea_jax.curriculum.proxy`), fixed before its runs: ``probe_00`` to
+  ``probe_19`` (:data:`PROBE_MIXTURES`, run at ``TUNING_SEED`` by ``bench/compare_mixers.py
+  --fit-proxy``), ``proxy_early`` (the mixture of the elasticities fitted on them,
+  :data:`PROXY_ELASTICITY`, for the first half, then uniform) and ``proxy_then_elastic`` (the same
+  first half, then the elastic mixer).
 
 Hyper-parameters: each tunable arm had the same budget of three settings (:data:`TUNING`, the first
 one is the package default), tried at seed ``TUNING_SEED`` (never one of the reported seeds) and
@@ -64,7 +69,10 @@ fewer steps), static_fitted 1.626 (12.7%; _25 8.7%, _75 13.4%, _full 11.7%), ela
 1.654, exp3_full 1.662, andrea 2.029, static_fitted_75_early 1.613 (16.6%), _75_3q 1.614
 (15.5%), _full_early 1.601 (20.3%; 1.603 and 18.6% on seeds 3-5), _decay 1.605 (18.6%),
 elastic_cooldown 1.642 (7.0%), elastic_strong 1.659, elastic_strong_early 1.641 (7.5%); with ``--layers 6 --d-model 192``: uniform 1.557, elastic
-1.543 (6.3%), static_fitted_full_early 1.504 (16.9%).
+1.543 (6.3%), static_fitted_full_early 1.504 (16.9%). The designed proxy (fixed before these
+runs): proxy_early 1.967 (19.3%), proxy_then_elastic 1.968 (19.6%); at 4 x 128 proxy_early 1.599
+(18.9%, seeds 0-5) and 1.604 (18.1%, seeds 6-8; proxy_then_elastic 1.603, 17.7%); at 6 x 192
+1.508 (16.0%).
 """
 
 from collections.abc import Sequence

@@ -236,8 +236,9 @@ class CurriculumSpec:
     exp3: the EXP3 mixer's parameters (strategy ``"exp3"``).
     elastic: the elastic mixer's parameters (strategy ``"elastic"``, bandit reward ``"log_rate"``).
     bandit_reward_code: index in :data:`BANDIT_REWARDS` of what bandit phases rank sources by.
-    static_mixture: ``[G, S]`` float32, each row summing to 1: strategy ``"static"``'s mixture in
-      each geometry before it is projected onto the region (the geometry's own ``mixture``, else
+    static_mixture: ``[G, S]`` float32, each row summing to 1: the mixture held in each geometry
+      (by strategy ``"static"`` in all, by the others in the ``held`` ones) before it is
+      projected onto the region (the geometry's own ``mixture``, else
       ``curriculum.static_mixture``); None = uniform in every geometry (see :attr:`mixture`).
     held: ``[G]`` bool: the geometries with a ``mixture`` of their own, held there under *every*
       strategy (a mixer still observes every step); None = none (see :attr:`held_geometries`).
