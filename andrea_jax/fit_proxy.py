@@ -72,6 +72,17 @@ def late_losses(metrics_path: str, sources: Sequence[str], num_steps: int,
   return np.array([np.mean(points[s]) for s in sources])
 
 
+def _changed(old, new, path: str = "") -> list[str]:
+  """The dotted paths at which two JSON configs differ (a field on one side only included)."""
+  if not (isinstance(old, dict) and isinstance(new, dict)):
+    return [] if old == new else [path or "the config"]
+  out = []
+  for key in sorted(set(old) | set(new), key=str):
+    sub = f"{path}.{key}" if path else str(key)
+    out += [sub] if key not in old or key not in new else _changed(old[key], new[key], sub)
+  return out
+
+
 def fit(config: ml_collections.ConfigDict, workdir: str, *, ratio: float = 4.0, lam: float = 1.0,
         hold: float = 0.5, late: float = 0.1, config_file: str | None = None,
         runner: Callable | None = None) -> dict:
@@ -96,11 +107,24 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *, ratio: float = 4.0, 
   losses = []
   for k, mixture in enumerate(mixtures):
     probe_dir = os.path.join(workdir, f"probe_{k:02d}")
-    done = os.path.join(probe_dir, "done")
-    if not os.path.exists(done):
+    probe = probe_config(config, mixture, sources)
+    stored = json.loads(probe.to_json_best_effort(sort_keys=True))
+    done = os.path.join(probe_dir, "done.json")
+    if os.path.exists(done):
+      with open(done) as f:
+        changed = _changed(json.load(f), stored)
+      if changed:
+        raise ValueError(f"{probe_dir} is a finished probe of another config ({', '.join(changed[:5])}"
+                         f"{', ...' if len(changed) > 5 else ''} differ): pass another --workdir, "
+                         "or delete it to run the probes again")
+    else:
       print(f"probe {k + 1}/{len(mixtures)} -> {probe_dir}", flush=True)
-      runner(probe_config(config, mixture, sources), probe_dir)
-      open(done, "w").close()
+      summary = runner(probe, probe_dir)
+      if isinstance(summary, dict) and "interrupted_at" in summary:
+        raise ValueError(f"probe {probe_dir} was interrupted at step {summary['interrupted_at']} "
+                         "(checkpoint saved): run the same command again to resume it")
+      with open(done, "w") as f:
+        json.dump(stored, f)
     losses.append(late_losses(os.path.join(probe_dir, "metrics.jsonl"), sources, num_steps, late))
   result = proxy.fit_elasticity(mixtures, np.array(losses))
   out = {"sources": list(sources), "b": result.b.tolist(),
@@ -125,12 +149,17 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)   # orbax logs every save at INFO
+  from andrea_jax import train
+  from andrea_jax.checkpoint import CheckpointError
+  from andrea_jax.data import DataError
   config_flag = flags.FLAGS["config"]
   try:
     out = fit(config_flag.value, flags.FLAGS.workdir, ratio=flags.FLAGS.ratio,
               lam=flags.FLAGS.lam, hold=flags.FLAGS.hold, late=flags.FLAGS.late,
               config_file=config_flags.get_config_filename(config_flag))
-  except (ValueError, TypeError) as e:
+  except (ValueError, TypeError, DataError, CheckpointError, train.TrainingHalted) as e:
+    # Bad input or a halted probe: the message names the field, file or step (finished probes
+    # are kept and reused by the next run of the command).
     print(f"error: {e}", file=sys.stderr)
     sys.exit(1)
   width = max(map(len, out["sources"]))

@@ -137,3 +137,32 @@ def test_the_command_line_refuses_a_bad_setting_with_one_line(tmp_path):
   assert r.returncode == 1
   assert r.stderr.strip().splitlines()[-1] == "error: hold must be in (0, 1], got 2.0"
   assert not list(tmp_path.iterdir())
+
+
+def test_probes_of_another_config_are_not_reused(tmp_path):
+  """A finished probe made with other settings is refused, naming the fields, not fitted."""
+  config = _experiment("tiny").get_config()
+  fit_proxy.fit(config, str(tmp_path), runner=_power_law_runner([]))
+  config.train.num_steps = 500
+  config.optim.peak_lr = 1e-3
+  with pytest.raises(ValueError, match=r"probe_00 is a finished probe of another config "
+                                       r"\(optim.peak_lr, train.num_steps differ\)"):
+    fit_proxy.fit(config, str(tmp_path), runner=_power_law_runner([]))
+
+
+def test_an_interrupted_probe_stops_the_fit_and_is_resumed_next_time(tmp_path):
+  config = _experiment("tiny").get_config()
+  calls = []
+  good = _power_law_runner(calls)
+
+  def interrupted(config, workdir):
+    if workdir.endswith("probe_02"):
+      os.makedirs(workdir, exist_ok=True)
+      return {"interrupted_at": 123}
+    return good(config, workdir)
+  with pytest.raises(ValueError, match=r"probe_02 was interrupted at step 123 \(checkpoint saved\)"):
+    fit_proxy.fit(config, str(tmp_path), runner=interrupted)
+  assert len(calls) == 2 and not (tmp_path / "proxy_fit.json").exists()
+  out = fit_proxy.fit(config, str(tmp_path), runner=good)       # probes 00 and 01 are reused
+  assert len(calls) == 2 + 18
+  np.testing.assert_allclose(out["b"], B, atol=2e-6)
