@@ -166,3 +166,55 @@ def test_an_interrupted_probe_stops_the_fit_and_is_resumed_next_time(tmp_path):
   out = fit_proxy.fit(config, str(tmp_path), runner=good)       # probes 00 and 01 are reused
   assert len(calls) == 2 + 18
   np.testing.assert_allclose(out["b"], B, atol=2e-6)
+
+
+def test_then_uniform_is_uniform_whatever_the_config_files_static_mixture(tmp_path, monkeypatch):
+  """The recorded config file sets a non-uniform static_mixture: the target run's second part is
+  still 1/16 on every source."""
+  monkeypatch.chdir(ROOT)
+  base = tmp_path / "skewed.py"
+  base.write_text("import importlib.util\n"
+                  f"spec = importlib.util.spec_from_file_location('t', {str(ROOT / 'experiments' / 'tiny.py')!r})\n"
+                  "tiny = importlib.util.module_from_spec(spec); spec.loader.exec_module(tiny)\n"
+                  "def get_config():\n"
+                  "  c = tiny.get_config()\n"
+                  "  c.curriculum.strategy = 'static'\n"
+                  "  c.curriculum.static_mixture.chat = 5.0\n"
+                  "  return c\n")
+  fit_dir = tmp_path / "fit"
+  fit_dir.mkdir()
+  with open(fit_dir / "proxy_fit.json", "w") as f:
+    json.dump({"sources": list(SOURCES), "mixture": [1 / 16] * 16, "hold": 0.5,
+               "config_file": str(base)}, f)
+  c = _experiment("proxy").get_config(str(fit_dir))
+  w_NxS = simulate.simulate(runconfig.build(c).curriculum_spec, jax.random.key(0), 600).weights
+  np.testing.assert_allclose(w_NxS[500:], 1 / 16, atol=1e-6)
+
+
+def test_an_interrupted_probe_of_another_config_is_not_resumed(tmp_path):
+  config = _experiment("tiny").get_config()
+  (tmp_path / "probe_00").mkdir()
+  other = fit_proxy.probe_config(config, np.full(16, 1 / 16), SOURCES)   # probe 0 is uniform
+  other.train.num_steps = 7
+  (tmp_path / "probe_00" / "config.json").write_text(other.to_json_best_effort(sort_keys=True))
+  def refuse(config, workdir):
+    raise AssertionError("resumed")
+  with pytest.raises(ValueError, match=r"probe_00 holds an interrupted probe of another config "
+                                       r"\(train.num_steps differ\)"):
+    fit_proxy.fit(config, str(tmp_path), runner=refuse)
+
+
+def test_specs_that_differ_only_in_a_held_geometry_differ():
+  """A full-simplex geometry whose own mixture is uniform (held) and one without (the mixer's):
+  the same mixtures, different runs under a mixer."""
+  import ml_collections
+  from andrea_jax.curriculum import geometry
+  specs = []
+  for mixture in ({}, None):
+    c = curriculum.curriculum_config()
+    c.strategy = "elastic"
+    c.geometries = ml_collections.ConfigDict({"all": geometry("all", 0, mixture=mixture)})
+    specs.append(curriculum.spec_from_config(c))
+  np.testing.assert_array_equal(specs[0].mixture, specs[1].mixture)
+  assert specs[0].held_geometries.tolist() == [True] and specs[1].held_geometries.tolist() == [False]
+  assert specs[0] != specs[1] and hash(specs[0]) != hash(specs[1])

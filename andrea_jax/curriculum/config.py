@@ -112,7 +112,7 @@ def geometry(name: str, start_step: int, *, floors: Mapping[str, float] | None =
       if source_key(n) not in keys:
         raise ValueError(f"unknown source {n!r} in {where}; known sources are: "
                          f"{', '.join(sources)}")
-    # strategy "static": relative weights held in this region instead of curriculum.static_mixture
+    # relative weights held in this region (any strategy) instead of curriculum.static_mixture
     g.mixture = ml_collections.ConfigDict({k: 1.0 for k in keys})
     for n, v in mixture.items():
       g.mixture[source_key(n)] = v
@@ -288,7 +288,8 @@ class CurriculumSpec:
 
   @property
   def mixture(self) -> np.ndarray:
-    """``[G, S]`` float32: strategy ``"static"``'s mixture in each geometry, as configured.
+    """``[G, S]`` float32: the mixture held in each geometry (by strategy ``"static"`` in every
+    one, by the others where :attr:`held_geometries`), as configured.
 
     Uniform by default; the engine restricts each row to its region and projects it."""
     if self.static_mixture is None:

@@ -31,7 +31,9 @@ weight vector ``w`` (a point of the region in force when it starts):
 log-time learning rate instead of the UCB index of the per-token learning progress (sources whose
 rate is not known yet first); the walk is unchanged.
 
-The first phase (step 0) is the projection of the uniform mixture onto the first region.
+The first phase (step 0) is the projection onto the first region of the first region's held
+mixture (strategy ``"static"``, or a first geometry with a ``mixture`` of its own), else of the
+uniform mixture.
 
 **Geometries.** ``spec`` holds a schedule of regions by start step (v2 warmup, firehose, v3 polish).
 A phase never straddles a region boundary: a phase length that would cross the next boundary, or
@@ -149,7 +151,8 @@ def _bounds(spec: CurriculumSpec, g: jax.Array, excluded: jax.Array):
 
 
 def _held_mixture(spec: CurriculumSpec, g: jax.Array, upper_S: jax.Array) -> jax.Array:
-  """``[S]``: the static strategy's mixture of geometry ``g`` on the sources ``upper_S`` allows,
+  """``[S]``: the mixture held in geometry ``g`` (its own ``mixture``, else
+  ``curriculum.static_mixture``) on the sources ``upper_S`` allows,
   renormalised (uniform over them if it gives them nothing: a source excluded at run time)."""
   allowed_S = (upper_S > 0).astype(jnp.float32)
   m_S = jnp.asarray(spec.mixture, jnp.float32)[g] * allowed_S

@@ -15,8 +15,8 @@ model decides the mixture of a larger one), with the probes laid out as a design
    source's data elasticity (nats per unit of log share). Under a power law in each source's tokens
    the equal-weight mean loss of a fixed mixture is smallest at shares proportional to ``b``.
 3. **Schedule** (:func:`elasticity_mixture`, :func:`proxy_schedule`): that mixture, mixed with
-   uniform by ``1 - lam``, held by the static strategy for the first ``hold`` of the run, then the
-   uniform mixture (measured in ``bench/compare_mixers.py``: the gain is made early, and the uniform
+   uniform by ``1 - lam``, held for the first ``hold`` of the run, then the uniform mixture under
+   the static strategy, or the mixer under another one (measured in ``bench/compare_mixers.py``: the gain is made early, and the uniform
    part repairs what the mixture cost the sources it starved).
 
 Everything here is numpy and config: the probes and the run are ordinary training runs
@@ -182,9 +182,11 @@ def elasticity_mixture(b: Sequence[float], lam: float = 1.0, floor: float = 0.02
 
 def proxy_schedule(mixture: Sequence[float], num_steps: int, hold: float = 0.5,
                    sources: Sequence[str] = SOURCES) -> ml_collections.ConfigDict:
-  """``curriculum.geometries`` for the static strategy: ``mixture`` (source order of
-  ``sources``) over the full simplex for the first ``round(hold * num_steps)`` steps, the uniform
-  mixture after (``hold = 1``: the mixture throughout).
+  """``curriculum.geometries``: ``mixture`` (source order of ``sources``) held on the full
+  simplex for the first ``round(hold * num_steps)`` steps (under any strategy), then the full
+  simplex without a mixture of its own (``hold = 1``: the mixture throughout). Under strategy
+  ``"static"`` that second part holds ``curriculum.static_mixture``: leave it uniform (the
+  default) for "then uniform"; under a mixer, the mixer decides it.
 
   Example: ``c.curriculum.strategy = "static"; c.curriculum.geometries = proxy_schedule(w, 800)``.
   """
