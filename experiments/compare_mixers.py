@@ -73,7 +73,8 @@ elastic_cooldown 1.642 (7.0%), elastic_strong 1.659, elastic_strong_early 1.641 
 1.543 (6.3%), static_fitted_full_early 1.504 (16.9%). The designed proxy (fixed before these
 runs): proxy_early 1.967 (19.3%), proxy_then_elastic 1.968 (19.6%); at 4 x 128 proxy_early 1.599
 (18.9%, seeds 0-5) and 1.604 (18.1%, seeds 6-8; proxy_then_elastic 1.603, 17.7%); at 6 x 192
-1.508 (16.0%).
+1.508 (16.0%); proxy_half_early 1.957 (21.1%), 1.597 at 4 x 128 (19.5%, seeds 0-8), 1.503 at
+6 x 192 (16.9%).
 """
 
 from collections.abc import Sequence
