@@ -110,22 +110,19 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *, ratio: float = 4.0, 
     probe = probe_config(config, mixture, sources)
     stored = json.loads(probe.to_json_best_effort(sort_keys=True))
     done = os.path.join(probe_dir, "done.json")
-    if os.path.exists(done):
-      with open(done) as f:
+    finished = os.path.exists(done)
+    # A finished probe is reused, an interrupted one (its config.json, no done.json) resumed: both
+    # only if made with this very config.
+    record = done if finished else os.path.join(probe_dir, "config.json")
+    if os.path.exists(record):
+      with open(record) as f:
         changed = _changed(json.load(f), stored)
       if changed:
-        raise ValueError(f"{probe_dir} is a finished probe of another config ({', '.join(changed[:5])}"
+        raise ValueError(f"{probe_dir} {'is a finished' if finished else 'holds an interrupted'} "
+                         f"probe of another config ({', '.join(changed[:5])}"
                          f"{', ...' if len(changed) > 5 else ''} differ): pass another --workdir, "
-                         "or delete it to run the probes again")
-    else:
-      started = os.path.join(probe_dir, "config.json")    # an interrupted probe, to resume
-      if os.path.exists(started):
-        with open(started) as f:
-          changed = _changed(json.load(f), stored)
-        if changed:
-          raise ValueError(f"{probe_dir} holds an interrupted probe of another config "
-                           f"({', '.join(changed[:5])}{', ...' if len(changed) > 5 else ''} "
-                           "differ): pass another --workdir, or delete it to run it again")
+                         "or delete it to run it again")
+    if not finished:
       print(f"probe {k + 1}/{len(mixtures)} -> {probe_dir}", flush=True)
       summary = runner(probe, probe_dir)
       if isinstance(summary, dict) and "interrupted_at" in summary:
