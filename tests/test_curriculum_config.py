@@ -264,6 +264,7 @@ def test_a_mixture_per_geometry_is_a_mixture_schedule():
       "floored": geometry("floored", 600, floors={"extra-01": 0.5}, mixture={"chat": 15.0}),
   })
   spec = curriculum.spec_from_config(c)
+  assert spec.held_geometries.tolist() == [True, True, True]   # static: every geometry held
   proxy_S = np.array([3.0 if s == "chat" else 2.0 if s == "dictionary" else 1.0
                       for s in SOURCES]) / 19
   # Projection onto {w_extra01 >= 0.5, sum 1}: the mixture (1/2 chat, 1/30 others) minus a

@@ -26,6 +26,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
@@ -240,8 +241,10 @@ class CurriculumSpec:
       (by strategy ``"static"`` in all, by the others in the ``held`` ones) before it is
       projected onto the region (the geometry's own ``mixture``, else
       ``curriculum.static_mixture``); None = uniform in every geometry (see :attr:`mixture`).
-    held: ``[G]`` bool: the geometries with a ``mixture`` of their own, held there under *every*
-      strategy (a mixer still observes every step); None = none (see :attr:`held_geometries`).
+    held: ``[G]`` bool: the geometries whose phases hold their mixture: every one under strategy
+      ``"static"``, those with a ``mixture`` of their own under the others (a mixer still observes
+      every step); None = every one under ``"static"``, none otherwise (see
+      :attr:`held_geometries`).
   """
   sources: tuple[str, ...]
   geometry_names: tuple[str, ...]
@@ -288,8 +291,8 @@ class CurriculumSpec:
 
   @property
   def mixture(self) -> np.ndarray:
-    """``[G, S]`` float32: the mixture held in each geometry (by strategy ``"static"`` in every
-    one, by the others where :attr:`held_geometries`), as configured.
+    """``[G, S]`` float32: the mixture held in each geometry where :attr:`held_geometries`, as
+    configured.
 
     Uniform by default; the engine restricts each row to its region and projects it."""
     if self.static_mixture is None:
@@ -299,9 +302,10 @@ class CurriculumSpec:
 
   @property
   def held_geometries(self) -> np.ndarray:
-    """``[G]`` bool: the geometries whose own ``mixture`` is held whatever the strategy."""
+    """``[G]`` bool: the geometries whose phases hold their mixture (:attr:`held`)."""
     if self.held is None:
-      return np.zeros(len(self.geometry_names), bool)
+      # jnp: strategy_code is a traced leaf inside jit
+      return jnp.full(len(self.geometry_names), self.strategy_code == STRATEGIES.index("static"))
     return self.held
 
   def __eq__(self, other):
@@ -489,7 +493,8 @@ def spec_from_config(config: ml_collections.ConfigDict, sources: Sequence[str] =
       random_share=float(share), eta=float(eta), decision_lag=lag, bandit=bandit, exp3=exp3,
       elastic=elastic, bandit_reward_code=BANDIT_REWARDS.index(reward),
       static_mixture=np.stack(mixtures_GxS),
-      held=np.array([geometries[name].get("mixture") is not None for _, _, name in entries]))
+      held=np.array([strategy == "static" or geometries[name].get("mixture") is not None
+                     for _, _, name in entries]))
 
 
 def _static_mixture(given, sources: Sequence[str], where: str = "curriculum.static_mixture",

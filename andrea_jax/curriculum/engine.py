@@ -206,8 +206,7 @@ def init(spec: CurriculumSpec, key: jax.Array) -> CurriculumState:
   lower, upper, _ = _bounds(spec, jnp.int32(0), jnp.zeros((num,), bool))
   # Phase 0 is fixed: the static strategy's own mixture, uniform for the mixers (nothing observed)
   # unless the first geometry holds a mixture of its own.
-  start_S = jnp.where((spec.strategy_code == STRATEGIES.index("static"))
-                      | jnp.asarray(spec.held_geometries)[0],
+  start_S = jnp.where(jnp.asarray(spec.held_geometries)[0],
                       _held_mixture(spec, jnp.int32(0), upper), jnp.full((num,), 1.0 / num))
   w_S = simplex.project(start_S.astype(jnp.float32), lower, upper)
   length = _phase_length(spec, jax.random.fold_in(jax.random.wrap_key_data(key), 0), jnp.int32(0))
@@ -259,11 +258,9 @@ def _decide(spec: CurriculumSpec, state: CurriculumState) -> CurriculumState:
   is_random = jax.random.uniform(k_kind) < spec.random_share
   code = spec.strategy_code
   kind = jnp.select(
-      [code == STRATEGIES.index("static"), code == STRATEGIES.index("exp3"),
+      [jnp.asarray(spec.held_geometries)[g], code == STRATEGIES.index("exp3"),
        code == STRATEGIES.index("elastic"), is_random],
       [KIND_FIXED, KIND_EXP3, KIND_ELASTIC, KIND_RANDOM], KIND_BANDIT).astype(jnp.int32)
-  # A geometry with a mixture of its own holds it whatever the strategy (the mixers keep observing).
-  kind = jnp.where(jnp.asarray(spec.held_geometries)[g], KIND_FIXED, kind).astype(jnp.int32)
   # Branch order follows the KIND_* codes; only the chosen branch runs.
   w_S = jax.lax.switch(kind, (random_phase, bandit_phase, fixed_phase, exp3_phase, elastic_phase))
   # One last exact projection: the floors and zeros hold exactly after float32 rounding.
