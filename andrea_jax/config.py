@@ -62,6 +62,10 @@ def optim_section() -> ml_collections.ConfigDict:
 def train_section() -> ml_collections.ConfigDict:
   t = ml_collections.ConfigDict()
   t.num_steps = 2000        # optimizer steps in the run
+  # Stop after this many steps with a checkpoint and an evaluation, the learning-rate schedule and the
+  # curriculum still laid out over num_steps: the run's first part (resume it with a larger value, or
+  # 0). 0 = run to num_steps.
+  t.stop_step = 0
   t.log_every = 20          # steps between metric reads (host syncs) and log lines
   t.checkpoint_every = 500  # steps between asynchronous checkpoints (also on SIGTERM/SIGINT and at the end)
   t.keep_checkpoints = 3    # newest checkpoints kept on disk

@@ -75,9 +75,12 @@ def main(argv):
       final = summary.get("final_eval", {})
       mean = final.get("eval/mean_loss")
       wrote = [f"{where}/{name}" for name in summary["outputs"]]   # only what this run wrote
-      print(f"done: {summary['end_step']} steps"
+      stopped = "stopped_at" in summary
+      print(f"{'stopped at train.stop_step' if stopped else 'done'}: {summary['end_step']} steps"
             + (f", held-out mean loss {mean:.3f}" if mean is not None else "")
-            + f". Wrote {', '.join(wrote[:-1])} and {wrote[-1]}")
+            + f". Wrote {', '.join(wrote[:-1])} and {wrote[-1]}"
+            + (". Run it again with a larger train.stop_step (0: train.num_steps) to go on"
+               if stopped else ""))
 
 
 def _fail(error: Exception, state_of_checkpoints: str):

@@ -63,7 +63,12 @@ def _positive_int(section: str, cfg, name: str, minimum: int = 1) -> int:
 
 
 def validate_train_config(cfg: ml_collections.ConfigDict) -> None:
-  _positive_int("train", cfg, "num_steps")
+  num_steps = _positive_int("train", cfg, "num_steps")
+  if "stop_step" in cfg:
+    stop = _positive_int("train", cfg, "stop_step", minimum=0)
+    if stop > num_steps:
+      raise ValueError(f"train.stop_step = {stop} is past train.num_steps = {num_steps} (0 runs to "
+                       "num_steps; the schedules are laid out over num_steps)")
   _positive_int("train", cfg, "log_every")
   _positive_int("train", cfg, "checkpoint_every", minimum=0)
   _positive_int("train", cfg, "keep_checkpoints")

@@ -183,6 +183,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   ``tensorboard/`` (``train.tensorboard``), ``samples.txt`` (when evaluations sample text),
   ``config.json`` and, at the end, ``summary.png`` (``train.plot``); a completed run's summary
   lists under ``outputs`` those of them it wrote (less ``config.json`` and ``throughput.jsonl``).
+  ``train.stop_step`` ends the call after that step as at the run's end (an evaluation, a
+  checkpoint; ``stopped_at`` in the summary): a later call with a larger one resumes from there and
+  writes the logs an uninterrupted run would.
   SIGTERM and SIGINT during the call stop the run at the next step boundary with a checkpoint;
   the keyword ``early_signals`` (the signals a caller recorded before calling, see
   :mod:`andrea_jax.launch`) acts the same way.
@@ -216,10 +219,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   elif is_main:
     print(f"starting from step 0 (no checkpoint in {checkpoints.directory})")
   num_steps = config.train.num_steps
+  # This call's last step: train.stop_step ends a run's first part early, the learning-rate schedule
+  # and the curriculum unchanged (laid out over num_steps).
+  end = config.train.get("stop_step", 0) or num_steps
   if start > num_steps:   # the weights are past the run's end: nothing here could be right
     raise ckpt_lib.CheckpointError(
         f"the checkpoint at step {start} in {checkpoints.directory} is past train.num_steps = "
         f"{num_steps}; resume with train.num_steps >= {start}, or use another workdir")
+  if start > end:
+    raise ckpt_lib.CheckpointError(
+        f"the checkpoint at step {start} in {checkpoints.directory} is past train.stop_step = "
+        f"{end}; resume with train.stop_step >= {start} (0 runs to train.num_steps = {num_steps})")
   logger = logs.RunLogger(workdir, resume_step=start, is_writer=is_main,
                           tensorboard=config.train.tensorboard)
   evaluator = eval_lib.Evaluator(run, config, data, tokenizer, keys["eval"], workdir)
@@ -246,7 +256,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   bar = None
   if is_main and config.train.progress_bar:
     from tqdm.auto import tqdm
-    bar = tqdm(total=num_steps, initial=start, unit="step", dynamic_ncols=True)
+    bar = tqdm(total=end, initial=start, unit="step", dynamic_ncols=True)
 
   saved = set(checkpoints.all_steps())
 
@@ -270,8 +280,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     flush_pending()   # the records of steps < at come first, as in a run resumed at step `at`
     logger.write(evaluator.run(state.params, at))
 
-  def eval_due(at: int) -> bool:   # the final evaluation, at num_steps, is made after the loop
-    return bool(config.eval.every) and at % config.eval.every == 0 and 0 < at < num_steps
+  def eval_due(at: int) -> bool:   # the last evaluation, at `end`, is made after the loop
+    return bool(config.eval.every) and at % config.eval.every == 0 and 0 < at < end
 
   last_log = (time.perf_counter(), start)
   summary: dict[str, Any] = {"start_step": start}
@@ -282,7 +292,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
         # The interrupted run may have written it before checkpoint `start`, but its logs were cut
         # back to the steps before `start`: an evaluation belongs to the segment that begins there.
         evaluate(start)
-      for t in range(start, num_steps):
+      for t in range(start, end):
         batch = next(batches)
         state, metrics = step_fn(state, batch)
         feed.record(t, metrics["schedule"])
@@ -311,10 +321,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
           break
       flush_pending()
       if "interrupted_at" not in summary:
-        final = evaluator.run(state.params, num_steps)
+        # At a stop_step as at num_steps; a run resumed from checkpoint `end` drops this record
+        # and makes the evaluation at `end` only if eval.every asks for it, as an uninterrupted run.
+        final = evaluator.run(state.params, end)
         logger.write(final)
         summary["final_eval"] = final
-        checkpoint(num_steps)
+        checkpoint(end)
   finally:
     feed.close()
     batches.close()
@@ -322,7 +334,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     logger.close()
     if bar is not None:
       bar.close()
-  summary["end_step"] = summary.get("interrupted_at", num_steps)
+  summary["end_step"] = summary.get("interrupted_at", end)
+  if end < num_steps and "interrupted_at" not in summary:
+    summary["stopped_at"] = end
   if is_main and config.train.plot and "interrupted_at" not in summary:
     regimes = list(zip(run.curriculum_spec.starts.tolist(), run.curriculum_spec.geometry_names))
     summary["plot"] = plots.summary_plot(workdir, run.sources, regimes)

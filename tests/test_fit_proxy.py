@@ -27,16 +27,18 @@ def _experiment(name):
   return module
 
 
-def _power_law_runner(calls):
+def _power_law_runner(calls, stops=None):
   """A fake trainer: each source's logged training loss is exactly ``2 - B ln(16 w)`` under the
-  mixture the run's own curriculum holds (every 10 steps, noise-free)."""
+  mixture the run's own curriculum holds (every 10 steps up to its stop, noise-free)."""
   def runner(config, workdir):
     calls.append(workdir)
+    if stops is not None:
+      stops.append(config.train.stop_step)
     spec = runconfig.build(config).curriculum_spec
     w = curriculum.weights_at(curriculum.schedule(curriculum.init(spec, jax.random.key(0))), 0)
     os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
-      for step in range(0, config.train.num_steps + 1, 10):
+      for step in range(0, (config.train.stop_step or config.train.num_steps) + 1, 10):
         rec = {"step": step, "loss": 2.0}
         rec.update({f"loss/{s}": float(2.0 - b * math.log(16 * x))
                     for s, b, x in zip(SOURCES, B, w)})
@@ -46,10 +48,12 @@ def _power_law_runner(calls):
 
 def test_fit_recovers_the_elasticities_and_reuses_finished_probes(tmp_path):
   config = _experiment("tiny").get_config()
-  calls = []
+  calls, stops = [], []
   out = fit_proxy.fit(config, str(tmp_path), config_file="experiments/tiny.py",
-                      runner=_power_law_runner(calls))
+                      runner=_power_law_runner(calls, stops))
   assert len(calls) == 20 and calls[0].endswith("probe_00")
+  half = config.train.num_steps // 2     # the default: each probe runs the first half
+  assert stops == [half] * 20 and (out["probe_steps"], out["stop"], out["late"]) == (half, 0.5, 0.25)
   np.testing.assert_allclose(out["b"], B, atol=2e-6)   # the mixture passes through float32
   w = np.maximum(B, 0.02)
   np.testing.assert_allclose(out["mixture"], w / w.sum(), atol=1e-6)
@@ -109,6 +113,8 @@ def test_the_target_run_names_what_is_missing(tmp_path):
     ({"lam": 1.5}, r"lam must be in \[0, 1\], got 1.5"),
     ({"hold": 0.0}, r"hold must be in \(0, 1\], got 0.0"),
     ({"late": float("nan")}, r"late must be in \(0, 1\], got nan"),
+    ({"stop": 1.5}, r"stop must be in \(0, 1\], got 1.5"),
+    ({"stop": 1e-9}, r"stop = 1e-09 of train.num_steps = \d+ leaves no step to run"),
     ({"ratio": 1.0}, "ratio must be a finite number > 1"),
 ])
 def test_bad_settings_are_refused_before_any_probe_runs(tmp_path, kwargs, message):
@@ -116,6 +122,26 @@ def test_bad_settings_are_refused_before_any_probe_runs(tmp_path, kwargs, messag
     raise AssertionError("a probe ran")
   with pytest.raises(ValueError, match=message):
     fit_proxy.fit(_experiment("tiny").get_config(), str(tmp_path), runner=refuse, **kwargs)
+
+
+def test_whole_probes_run_to_the_end_and_the_window_is_of_the_steps_run(tmp_path):
+  """--stop 1: no stop_step; the late window is the last 10% of all steps. With --stop 0.5 and
+  --late 0.5 on a trainer whose losses change at the half, only the first half's count."""
+  config = _experiment("tiny").get_config()
+  stops = []
+  out = fit_proxy.fit(config, str(tmp_path / "whole"), stop=1.0, late=0.1,
+                      runner=_power_law_runner([], stops))
+  assert stops == [0] * 20 and out["probe_steps"] == config.train.num_steps
+  np.testing.assert_allclose(out["b"], B, atol=2e-6)
+
+  n = config.train.num_steps
+  def steps_then_garbage(config, workdir):   # losses past the stop would give b = 0
+    _power_law_runner([])(config, workdir)
+    with open(os.path.join(workdir, "metrics.jsonl"), "a") as f:
+      for step in range(n // 2, n, 10):
+        f.write(json.dumps({"step": step, **{f"loss/{s}": 9.0 for s in SOURCES}}) + "\n")
+  out = fit_proxy.fit(config, str(tmp_path / "half"), stop=0.5, late=0.5, runner=steps_then_garbage)
+  np.testing.assert_allclose(out["b"], B, atol=2e-6)
 
 
 def test_late_losses_name_the_file_and_the_silent_source(tmp_path):
@@ -146,7 +172,8 @@ def test_probes_of_another_config_are_not_reused(tmp_path):
   config.train.num_steps = 500
   config.optim.peak_lr = 1e-3
   with pytest.raises(ValueError, match=r"probe_00 is a finished probe of another config "
-                                       r"\(optim.peak_lr, train.num_steps differ\)"):
+                                       r"\(optim.peak_lr, train.num_steps, train.stop_step "
+                                       r"differ\)"):
     fit_proxy.fit(config, str(tmp_path), runner=_power_law_runner([]))
 
 
@@ -194,7 +221,8 @@ def test_then_uniform_is_uniform_whatever_the_config_files_static_mixture(tmp_pa
 def test_an_interrupted_probe_of_another_config_is_not_resumed(tmp_path):
   config = _experiment("tiny").get_config()
   (tmp_path / "probe_00").mkdir()
-  other = fit_proxy.probe_config(config, np.full(16, 1 / 16), SOURCES)   # probe 0 is uniform
+  other = fit_proxy.probe_config(config, np.full(16, 1 / 16), SOURCES,   # probe 0 is uniform
+                                 stop_step=config.train.num_steps // 2)
   other.train.num_steps = 7
   (tmp_path / "probe_00" / "config.json").write_text(other.to_json_best_effort(sort_keys=True))
   def refuse(config, workdir):

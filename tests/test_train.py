@@ -260,6 +260,49 @@ def test_resuming_with_misaligned_cadences_rewrites_the_uninterrupted_logs(tmp_p
     assert (resumed / name).read_text() == (reference / name).read_text(), name
 
 
+def test_a_run_stopped_at_stop_step_goes_on_as_the_uninterrupted_run(tmp_path, data_cache):
+  """train.stop_step = 13 ends the call after step 13 with an evaluation and a checkpoint, its
+  learning rate and mixture those of the 20-step run (the records before 13 are the reference's);
+  the run resumed with stop_step = 0 writes the reference's metrics.jsonl and samples.txt."""
+  c = small_run_config(num_steps=20)
+  c.train.log_every = 4
+  c.eval.every = 6
+  reference, stopped = tmp_path / "reference", tmp_path / "stopped"
+  train.train_and_evaluate(c, str(reference))
+  ref = logs.read_jsonl(str(reference / "metrics.jsonl"))
+
+  c.train.stop_step = 13
+  summary = train.train_and_evaluate(c, str(stopped))
+  assert (summary["stopped_at"], summary["end_step"]) == (13, 13)
+  assert "interrupted_at" not in summary and summary["final_eval"]["step"] == 13
+  assert {10, 13} <= set(ckpt_lib.Checkpoints(str(stopped / "checkpoints")).all_steps())
+  records = logs.read_jsonl(str(stopped / "metrics.jsonl"))
+  assert records[:-1] == [r for r in ref if r["step"] < 13]   # logs at 3, 7, 11; evaluations 6, 12
+  assert records[-1]["step"] == 13 and "eval/mean_loss" in records[-1]
+
+  # Going back before the checkpoint is refused; going on rewrites the uninterrupted logs.
+  c.train.stop_step = 8
+  with pytest.raises(ckpt_lib.CheckpointError, match="past train.stop_step = 8"):
+    train.train_and_evaluate(c, str(stopped))
+  c.train.stop_step = 0
+  summary = train.train_and_evaluate(c, str(stopped))
+  assert (summary["start_step"], summary["end_step"], "stopped_at" in summary) == (13, 20, False)
+  for name in ("metrics.jsonl", "samples.txt"):
+    assert (stopped / name).read_text() == (reference / name).read_text(), name
+
+
+@pytest.mark.parametrize("value, error, message", [
+    (21, ValueError, "train.stop_step = 21 is past train.num_steps = 20"),
+    (-1, ValueError, "train.stop_step must be >= 0, got -1"),
+])
+def test_a_bad_stop_step_is_refused_before_anything_runs(value, error, message):
+  # (A float is refused by the ConfigDict itself: the field is typed int.)
+  c = small_run_config(num_steps=20)
+  c.train.stop_step = value
+  with pytest.raises(error, match=message):
+    runconfig.build(c)
+
+
 def test_a_checkpoint_from_another_configuration_is_refused(tmp_path, data_cache):
   c = small_run_config(num_steps=10)
   c.eval.sample_tokens = 0

@@ -230,6 +230,7 @@ def breakages() -> st.SearchStrategy[Breakage]:
       _int_field("train.checkpoint_every", 0),
       _int_field("train.keep_checkpoints", 1),
       _int_field("train.max_nonfinite_steps", 1),
+      _int_field("train.stop_step", 0, 30),   # past the 30-step run is invalid too
       _bool_field("train.progress_bar"),
       _bool_field("train.plot"),
       # eval
