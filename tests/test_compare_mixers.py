@@ -243,16 +243,15 @@ def test_every_arm_is_a_valid_run_config():
   np.testing.assert_allclose(exp.PROBE_MIXTURES[0], 1 / 16)
   # proxy_early: max(b, 0.02) normalised (worked out from the listed numbers) for the first half
   # of the run, then uniform.
-  b = np.maximum(np.array(exp.PROXY_ELASTICITY), 0.02)
-  spec = runconfig.build(exp.arm_config("proxy_early", num_steps=200)).curriculum_spec
-  w_NxS = simulate.simulate(spec, jax.random.key(0), 200).weights
-  np.testing.assert_allclose(w_NxS[:100], np.broadcast_to(b / b.sum(), (100, 16)), atol=1e-6)
-  np.testing.assert_allclose(w_NxS[100:], 1 / 16, atol=1e-6)
-  b = np.maximum(np.array(exp.PROXY_HALF_ELASTICITY), 0.02)
-  spec = runconfig.build(exp.arm_config("proxy_half_early", num_steps=200)).curriculum_spec
-  w_NxS = simulate.simulate(spec, jax.random.key(0), 200).weights
-  np.testing.assert_allclose(w_NxS[:100], np.broadcast_to(b / b.sum(), (100, 16)), atol=1e-6)
-  np.testing.assert_allclose(w_NxS[100:], 1 / 16, atol=1e-6)
+  for arm, fitted in (("proxy_early", exp.PROXY_ELASTICITY),
+                      ("proxy_half_early", exp.PROXY_HALF_ELASTICITY),
+                      ("proxy_quarter_early", exp.PROXY_QUARTER_ELASTICITY)):
+    b = np.maximum(np.array(fitted), 0.02)
+    spec = runconfig.build(exp.arm_config(arm, num_steps=200)).curriculum_spec
+    w_NxS = simulate.simulate(spec, jax.random.key(0), 200).weights
+    np.testing.assert_allclose(w_NxS[:100], np.broadcast_to(b / b.sum(), (100, 16)), atol=1e-6,
+                               err_msg=arm)
+    np.testing.assert_allclose(w_NxS[100:], 1 / 16, atol=1e-6, err_msg=arm)
   b = np.maximum(np.array(exp.PROXY_ELASTICITY), 0.02)
   # proxy_then_elastic: the same first half, then the elastic mixer's own phases.
   spec = runconfig.build(exp.arm_config("proxy_then_elastic", num_steps=200)).curriculum_spec
