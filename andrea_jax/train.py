@@ -193,9 +193,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   run = runconfig.build(config)            # validates everything; raises before any compilation
   os.makedirs(workdir, exist_ok=True)
   is_main = jax.process_index() == 0
-  if is_main:
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-      f.write(config.to_json_best_effort(indent=2, sort_keys=True))
 
   tokenizer = data_lib.load_tokenizer(config.data.tokenizer)
   data = data_lib.open_training_data(config.data, tokenizer, required=run.used_sources)
@@ -222,14 +219,21 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   # This call's last step: train.stop_step ends a run's first part early, the learning-rate schedule
   # and the curriculum unchanged (laid out over num_steps).
   end = config.train.get("stop_step", 0) or num_steps
+  refusal = None
   if start > num_steps:   # the weights are past the run's end: nothing here could be right
-    raise ckpt_lib.CheckpointError(
-        f"the checkpoint at step {start} in {checkpoints.directory} is past train.num_steps = "
-        f"{num_steps}; resume with train.num_steps >= {start}, or use another workdir")
-  if start > end:
-    raise ckpt_lib.CheckpointError(
-        f"the checkpoint at step {start} in {checkpoints.directory} is past train.stop_step = "
-        f"{end}; resume with train.stop_step >= {start} (0 runs to train.num_steps = {num_steps})")
+    refusal = (f"the checkpoint at step {start} in {checkpoints.directory} is past "
+               f"train.num_steps = {num_steps}; resume with train.num_steps >= {start}, or use "
+               "another workdir")
+  elif start > end:
+    refusal = (f"the checkpoint at step {start} in {checkpoints.directory} is past "
+               f"train.stop_step = {end}; resume with train.stop_step >= {start} (0 runs to "
+               f"train.num_steps = {num_steps})")
+  if refusal:             # before anything in workdir changes: its config.json and logs stay
+    checkpoints.close()
+    raise ckpt_lib.CheckpointError(refusal)
+  if is_main:
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+      f.write(config.to_json_best_effort(indent=2, sort_keys=True))
   logger = logs.RunLogger(workdir, resume_step=start, is_writer=is_main,
                           tensorboard=config.train.tensorboard)
   evaluator = eval_lib.Evaluator(run, config, data, tokenizer, keys["eval"], workdir)
@@ -247,7 +251,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   batches = data_lib.Prefetcher(    # the host-to-device copy happens in the prefetch thread too
       lambda t: sharding.global_batch(sampler.batch(t, feed.weights(t)), batch_sharding,
                                       global_rows),
-      start_step=start, depth=max(2, config.data.prefetch))
+      start_step=start, end_step=end, depth=max(2, config.data.prefetch))
 
   tokens_per_step = config.data.global_batch_size * config.data.seq_len
   flops = flops_per_token(run.model_config, config.data.seq_len)

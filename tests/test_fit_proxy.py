@@ -144,6 +144,29 @@ def test_whole_probes_run_to_the_end_and_the_window_is_of_the_steps_run(tmp_path
   np.testing.assert_allclose(out["b"], B, atol=2e-6)
 
 
+def test_probes_run_to_another_stop_are_reused_or_go_on(tmp_path):
+  """Whole probes serve a half-length fit (their first half is its log); half-length probes go on
+  when whole ones are asked for; probes from before train.stop_step count as stop_step 0."""
+  config = _experiment("tiny").get_config()
+  calls = []
+  fit_proxy.fit(config, str(tmp_path), stop=1.0, runner=_power_law_runner(calls))
+  for k in range(20):     # as written before the field existed
+    path = tmp_path / f"probe_{k:02d}" / "done.json"
+    stored = json.loads(path.read_text())
+    del stored["train"]["stop_step"]
+    path.write_text(json.dumps(stored))
+  out = fit_proxy.fit(config, str(tmp_path), stop=0.5, runner=_power_law_runner(calls))
+  assert len(calls) == 20 and out["probe_steps"] == config.train.num_steps // 2
+  np.testing.assert_allclose(out["b"], B, atol=2e-6)
+
+  calls, stops = [], []
+  fit_proxy.fit(config, str(tmp_path / "half"), runner=_power_law_runner(calls))
+  out = fit_proxy.fit(config, str(tmp_path / "half"), stop=1.0,
+                      runner=_power_law_runner(calls, stops))
+  assert len(calls) == 40 and stops == [0] * 20
+  np.testing.assert_allclose(out["b"], B, atol=2e-6)
+
+
 def test_late_losses_name_the_file_and_the_silent_source(tmp_path):
   path = tmp_path / "metrics.jsonl"
   path.write_text(json.dumps({"step": 95, "loss/chat": 1.0, "loss/oasst": 3.0}) + "\n"

@@ -282,8 +282,10 @@ def test_a_run_stopped_at_stop_step_goes_on_as_the_uninterrupted_run(tmp_path, d
 
   # Going back before the checkpoint is refused; going on rewrites the uninterrupted logs.
   c.train.stop_step = 8
+  before = {n: (stopped / n).read_text() for n in ("config.json", "metrics.jsonl", "samples.txt")}
   with pytest.raises(ckpt_lib.CheckpointError, match="past train.stop_step = 8"):
     train.train_and_evaluate(c, str(stopped))
+  assert {n: (stopped / n).read_text() for n in before} == before   # nothing in workdir changed
   c.train.stop_step = 0
   summary = train.train_and_evaluate(c, str(stopped))
   assert (summary["start_step"], summary["end_step"], "stopped_at" in summary) == (13, 20, False)
