@@ -102,10 +102,14 @@ def load_experiment():
 # --------------------------------------------------------------------------------------------------
 
 
-def train_runner(config, workdir: str) -> None:
-  """Trains one run in this process (the default runner)."""
+def train_runner(config, workdir: str) -> dict:
+  """Trains one run in this process (the default runner); returns the trainer's summary."""
   from andrea_jax import train
-  train.train_and_evaluate(config, workdir)
+  return train.train_and_evaluate(config, workdir)
+
+
+class RunInterrupted(Exception):
+  """A run stopped by SIGTERM/SIGINT before its end: not finished, its checkpoint kept."""
 
 
 def config_diff(old, new, prefix: str = "") -> list[str]:
@@ -135,7 +139,9 @@ def run_arm(config, workdir: str, runner: Callable = train_runner) -> float:
   A finished run leaves ``done.json`` with its time; the final checkpoint is deleted (unused here,
   and the only large file). A finished run is reused only if it was made with the same config (the
   ``config.json`` the trainer wrote); otherwise a ``ValueError`` names the fields that differ,
-  rather than reporting an old run under a changed arm.
+  rather than reporting an old run under a changed arm. A run the runner reports interrupted
+  (``interrupted_at`` in its summary: SIGTERM or SIGINT) raises :class:`RunInterrupted` with its
+  checkpoint kept, so that the same command resumes it rather than scoring its last evaluation.
   """
   done = os.path.join(workdir, "done.json")
   if os.path.exists(done):
@@ -151,8 +157,11 @@ def run_arm(config, workdir: str, runner: Callable = train_runner) -> float:
     with open(done) as f:
       return float(json.load(f)["wall_s"])
   t0 = time.perf_counter()
-  runner(config, workdir)
+  summary = runner(config, workdir)
   wall = time.perf_counter() - t0
+  if isinstance(summary, dict) and "interrupted_at" in summary:
+    raise RunInterrupted(f"{workdir} was interrupted at step {summary['interrupted_at']} "
+                         "(checkpoint kept): run the same command again to resume it")
   shutil.rmtree(os.path.join(workdir, "checkpoints"), ignore_errors=True)
   with open(done, "w") as f:
     json.dump({"wall_s": wall, "num_steps": int(config.train.num_steps)}, f)
@@ -1006,4 +1015,8 @@ def main(argv: Sequence[str] | None = None, runner: Callable = train_runner) -> 
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  try:
+    sys.exit(main())
+  except RunInterrupted as e:
+    print(f"\n{e}", file=sys.stderr)
+    sys.exit(1)

@@ -318,6 +318,31 @@ def test_within_run_elasticity_recovers_b_from_share_variation():
   np.testing.assert_allclose(negated["arm"], [-1.0, -1.0], atol=1e-9)
 
 
+def test_an_interrupted_run_is_not_scored_and_resumes(tmp_path):
+  """A run stopped by a signal (the trainer's summary has interrupted_at) is neither marked done
+  nor stripped of its checkpoint; the next call runs it again (the trainer resumes it)."""
+  exp = bench.load_experiment()
+  config = exp.arm_config("uniform", num_steps=16)
+  workdir = tmp_path / "uniform" / "seed1"
+  calls = []
+
+  def interrupted(config, workdir):
+    calls.append(workdir)
+    os.makedirs(os.path.join(workdir, "checkpoints", "7"))
+    return {"start_step": 0, "interrupted_at": 7, "end_step": 7}
+  with pytest.raises(bench.RunInterrupted, match=r"seed1 was interrupted at step 7 \(checkpoint "
+                                                 r"kept\): run the same command again"):
+    bench.run_arm(config, str(workdir), interrupted)
+  assert not (workdir / "done.json").exists() and (workdir / "checkpoints" / "7").is_dir()
+
+  def finished(config, workdir):
+    calls.append(workdir)
+    fake_runner(config, workdir, rate=1.0)
+    return {"start_step": 7, "end_step": 16}
+  bench.run_arm(config, str(workdir), finished)
+  assert len(calls) == 2 and (workdir / "done.json").exists()
+
+
 def test_a_finished_run_is_reused_only_under_the_same_config(tmp_path):
   """The trainer's config.json is compared with the arm's config: the same config reuses the run
   (the runner is not called again); a changed field raises and names it."""
