@@ -20,7 +20,8 @@ model decides the mixture of a larger one), with the probes laid out as a design
    part repairs what the mixture cost the sources it starved).
 
 Everything here is numpy and config: the probes and the run are ordinary training runs
-(``bench/compare_mixers.py --fit-proxy`` runs the probes and prints the fit).
+(``python -m andrea_jax.fit_proxy`` runs the probes, at half length by default, and writes the
+fit; ``bench/compare_mixers.py --fit-proxy`` is the study's whole-probe version).
 
 Example::
 
