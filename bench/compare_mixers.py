@@ -733,6 +733,20 @@ def plot(runs: dict, summary: dict, sources: Sequence[str], path: str, title: st
   ax.legend(fontsize=8)
 
   arms = [a for a in summary if a != BASELINE]
+  if arms:
+    _per_source_heatmap(fig, hm, summary, arms, sources)
+  else:   # the baseline's seeds alone: nothing to compare with it
+    hm.set_axis_off()
+  fig.suptitle(title)
+  fig.tight_layout()
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return path
+
+
+def _per_source_heatmap(fig, hm, summary: dict, arms: Sequence[str], sources: Sequence[str]):
+  """Each arm's final held-out loss minus the baseline's, per source, on axes ``hm``."""
   delta = np.array([[summary[a]["final_per_source"][s] - summary[BASELINE]["final_per_source"][s]
                      for s in sources] for a in arms])
   lim = max(float(np.nanmax(np.abs(delta))), 1e-3)
@@ -743,12 +757,6 @@ def plot(runs: dict, summary: dict, sources: Sequence[str], path: str, title: st
     hm.text(j, i, f"{v:+.2f}", ha="center", va="center", fontsize=6.5)
   hm.set_title("final held-out loss minus uniform's, per source (blue = better)")
   fig.colorbar(im, ax=hm, fraction=0.03)
-  fig.suptitle(title)
-  fig.tight_layout()
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  return path
 
 
 # --------------------------------------------------------------------------------------------------

@@ -318,6 +318,15 @@ def test_within_run_elasticity_recovers_b_from_share_variation():
   np.testing.assert_allclose(negated["arm"], [-1.0, -1.0], atol=1e-9)
 
 
+def test_the_baseline_alone_gets_its_table_and_figure(tmp_path):
+  """--arms uniform (more seeds of the baseline only): the report is written, the figure without
+  the per-source comparison."""
+  figure = tmp_path / "uniform.png"
+  assert bench.main(["--out", str(tmp_path), "--quick", "--arms", "uniform", "--no-overhead",
+                     "--figure", str(figure)], runner=fake_runner) == 0
+  assert figure.stat().st_size > 10_000 and (tmp_path / "compare_mixers.md").exists()
+
+
 def test_an_interrupted_run_is_not_scored_and_resumes(tmp_path):
   """A run stopped by a signal (the trainer's summary has interrupted_at) is neither marked done
   nor stripped of its checkpoint; the next call runs it again (the trainer resumes it)."""
