@@ -21,7 +21,7 @@ The second command trains the config file the probes were made from (*without* t
 overrides: the target's own model) under that mixture for the first ``hold`` of its steps, then
 the uniform mixture (``experiments/proxy.py``). Measured on the built-in corpus
 (``bench/RESULTS.md``, "A designed proxy"): a proxy of 0.13M parameters fitted this way brings
-0.13-6.4M models to the uniform mixture's final held-out loss in 17-19.5% fewer steps.
+0.13-6.4M models to the uniform mixture's final held-out loss in 16-19.5% fewer steps.
 """
 
 from __future__ import annotations

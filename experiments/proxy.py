@@ -11,7 +11,7 @@ own model), with the static strategy holding the fitted mixture on the full simp
 the switch to uniform is ``curriculum.geometries.uniform.start_step`` (set from the config
 file's ``train.num_steps``), each fitted weight ``curriculum.geometries.proxy.mixture.<source>``.
 
-Expect: on the built-in corpus, the uniform mixture's final held-out loss reached in 17-19.5% fewer
+Expect: on the built-in corpus, the uniform mixture's final held-out loss reached in 16-19.5% fewer
 steps than under the uniform mixture (``bench/RESULTS.md``, "A designed proxy").
 """
 
