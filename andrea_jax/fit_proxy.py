@@ -40,22 +40,36 @@ FIT_FILE = "proxy_fit.json"
 
 
 def probe_config(config: ml_collections.ConfigDict, mixture: Sequence[float],
-                 sources: Sequence[str], stop_step: int = 0) -> ml_collections.ConfigDict:
+                 sources: Sequence[str], stop_step: int = 0,
+                 hold: float = 1.0) -> ml_collections.ConfigDict:
   """``config`` with the static strategy holding ``mixture`` (source order ``sources``) on the
-  full simplex, stopped after ``stop_step`` steps (0: the whole run); checkpoints only at the end,
-  no plots or progress bar."""
+  full simplex for the first ``round(hold * train.num_steps)`` steps (``hold = 1``: throughout),
+  then the uniform mixture (whatever ``curriculum.static_mixture`` was), stopped after
+  ``stop_step`` steps (0: the whole run); checkpoints only at the end, no plots or progress bar."""
   from andrea_jax.curriculum import geometry
+  if not 0 < hold <= 1:
+    raise ValueError(f"hold must be in (0, 1], got {hold!r}")
   c = copy.deepcopy(config)
   with c.unlocked():
     c.curriculum.strategy = "static"
-    c.curriculum.geometries = ml_collections.ConfigDict(
-        {"probe": geometry("probe", 0, mixture=dict(zip(sources, map(float, mixture))),
-                           sources=sources)})
+    geometries = {"probe": geometry("probe", 0, mixture=dict(zip(sources, map(float, mixture))),
+                                    sources=sources)}
+    switch = round(hold * int(c.train.num_steps))
+    if switch < c.train.num_steps:
+      geometries["uniform"] = geometry("uniform", switch, sources=sources)
+      for k in c.curriculum.static_mixture:
+        c.curriculum.static_mixture[k] = 1.0
+    c.curriculum.geometries = ml_collections.ConfigDict(geometries)
     c.train.stop_step = int(stop_step)
     c.train.checkpoint_every = 0
     c.train.progress_bar = False
     c.train.plot = False
   return c
+
+
+def late_start(num_steps: int, late: float) -> int:
+  """The first step of the last ``late`` of ``num_steps`` steps (at least one step)."""
+  return num_steps - max(1, int(late * num_steps + 0.5))
 
 
 def late_losses(metrics_path: str, sources: Sequence[str], num_steps: int,
@@ -64,7 +78,7 @@ def late_losses(metrics_path: str, sources: Sequence[str], num_steps: int,
   ``num_steps`` steps, ``num_steps - round(late num_steps) <= step < num_steps`` (``[S]``); a
   ``ValueError`` names the file and the source if it has none there."""
   points = {s: [] for s in sources}
-  first = num_steps - max(1, int(late * num_steps + 0.5))
+  first = late_start(num_steps, late)
   with open(metrics_path) as f:
     for line in f:
       rec = json.loads(line)
@@ -92,14 +106,18 @@ def _changed(old, new, path: str = "") -> list[str]:
 
 
 def fit(config: ml_collections.ConfigDict, workdir: str, *, ratio: float = 4.0, lam: float = 1.0,
-        hold: float = 0.5, stop: float = 0.5, late: float = 0.25, config_file: str | None = None,
-        runner: Callable | None = None) -> dict:
+        hold: float = 0.5, stop: float = 0.5, late: float = 0.25, probes: str = "static",
+        config_file: str | None = None, runner: Callable | None = None) -> dict:
   """Runs (or reuses) the probes of ``config`` under ``workdir`` and writes the fit.
 
   Each probe runs the first ``stop`` of ``config.train.num_steps`` (``train.stop_step``); each
   source's loss is the mean of its logged training losses over the last ``late`` of those steps.
+  ``probes="static"`` holds each probe's mixture throughout; ``probes="schedule"`` runs the
+  probes as the target will run, the probe mixture for the first ``hold`` of the steps and
+  uniform after, and fits the losses after the switch (the window must lie there): what a
+  source's early share still buys once every source gets the same share.
   Returns (and writes to ``<workdir>/proxy_fit.json``) ``{"sources", "b", "r2", "intercept",
-  "mixture", "lam", "hold", "ratio", "num_steps", "probe_steps", "stop", "late",
+  "mixture", "lam", "hold", "ratio", "num_steps", "probe_steps", "stop", "late", "probes",
   "probe_mixtures", "late_losses", "config_file"}``. ``runner(config, workdir)`` trains one probe
   (default :func:`andrea_jax.train.train_and_evaluate`).
   """
@@ -109,6 +127,8 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *, ratio: float = 4.0, 
                                 ("lam", lam, False)):
     if not ((0 < value if low_open else 0 <= value) and value <= 1):   # before any run
       raise ValueError(f"{name} must be in {'(' if low_open else '['}0, 1], got {value!r}")
+  if probes not in ("static", "schedule"):
+    raise ValueError(f"probes must be 'static' or 'schedule', got {probes!r}")
   sources = runconfig.build(config).sources
   mixtures = proxy.probe_mixtures(len(sources), ratio=ratio)
   if runner is None:
@@ -118,11 +138,19 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *, ratio: float = 4.0, 
   probe_steps = int(stop * num_steps + 0.5)     # the nearest step
   if probe_steps < 1:
     raise ValueError(f"stop = {stop} of train.num_steps = {num_steps} leaves no step to run")
+  probe_hold = hold if probes == "schedule" else 1.0
+  if probes == "schedule":
+    switch, first = round(hold * num_steps), late_start(probe_steps, late)
+    if first < switch:
+      raise ValueError(f"probes='schedule' fits the losses after the switch to uniform at step "
+                       f"{switch} (hold = {hold}), but the last late = {late} of the "
+                       f"{probe_steps} steps run (stop = {stop}) starts at step {first}: raise "
+                       "stop, or lower late or hold")
   losses = []
   for k, mixture in enumerate(mixtures):
     probe_dir = os.path.join(workdir, f"probe_{k:02d}")
     probe = probe_config(config, mixture, sources,
-                         stop_step=probe_steps if probe_steps < num_steps else 0)
+                         stop_step=probe_steps if probe_steps < num_steps else 0, hold=probe_hold)
     stored = json.loads(probe.to_json_best_effort(sort_keys=True))
     done = os.path.join(probe_dir, "done.json")
     finished = os.path.exists(done)
@@ -162,7 +190,7 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *, ratio: float = 4.0, 
          "intercept": result.intercept.tolist(),
          "mixture": proxy.elasticity_mixture(result.b, lam=lam).tolist(), "lam": lam,
          "hold": hold, "ratio": ratio, "num_steps": num_steps, "probe_steps": probe_steps,
-         "stop": stop, "late": late,
+         "stop": stop, "late": late, "probes": probes,
          "probe_mixtures": mixtures.tolist(), "late_losses": np.array(losses).tolist(),
          "config_file": config_file}
   os.makedirs(workdir, exist_ok=True)
@@ -187,7 +215,7 @@ def main(argv: Sequence[str]) -> None:
   try:
     out = fit(config_flag.value, flags.FLAGS.workdir, ratio=flags.FLAGS.ratio,
               lam=flags.FLAGS.lam, hold=flags.FLAGS.hold, stop=flags.FLAGS.stop,
-              late=flags.FLAGS.late,
+              late=flags.FLAGS.late, probes=flags.FLAGS.probes,
               config_file=config_flags.get_config_filename(config_flag))
   except (ValueError, TypeError, DataError, CheckpointError, train.TrainingHalted) as e:
     # Bad input or a halted probe: the message names the field, file or step (finished probes
@@ -217,6 +245,9 @@ def run() -> None:
                      "the learning-rate schedule still the whole run's)")
   flags.DEFINE_float("late", 0.25, "fraction of the probes' last steps (of those they ran) whose "
                      "losses are fitted")
+  flags.DEFINE_enum("probes", "static", ["static", "schedule"], "static: each probe holds its "
+                    "mixture throughout; schedule: for the first --hold of the run, then uniform "
+                    "(fitted after the switch: needs --stop 1, say, with --hold 0.5)")
   flags.mark_flags_as_required(["config", "workdir"])
   app.run(main)
 

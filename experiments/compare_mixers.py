@@ -168,6 +168,11 @@ ARMS = {
     # training losses over steps 150-200 (PROXY_QUARTER_ELASTICITY; fit_proxy --stop 0.25), the same
     # schedule. How short can the probes be?
     "proxy_quarter_early": ("static", "proxy_quarter_early"),
+    # Probes that run the schedule they score: each probe mixture for the first half, then uniform,
+    # fitted on the losses after the switch (PROXY_SCHEDULE_ELASTICITY), the same schedule. The
+    # static probes measure what a share buys while it is held; the metric is a loss after the
+    # switch. Whole probes (the cost of proxy_early).
+    "proxy_schedule_early": ("static", "proxy_schedule_early"),
 }
 
 # The designed probes of andrea_jax.curriculum.proxy: 20 static mixtures over the 16 sources, each
@@ -236,8 +241,17 @@ PROXY_HALF_ELASTICITY = (0.089, 0.057, 0.109, 0.073, 0.200, 0.015, -0.052, 0.297
 # the run the fast-learned sources weigh more (extra-02, -04 and the noise extra-06 double their b).
 PROXY_QUARTER_ELASTICITY = (0.022, -0.029, 0.153, 0.086, 0.144, 0.039, 0.078, 0.158, 0.020, 0.571,
                             0.181, 0.367, 0.474, 0.337, 0.248, 0.169)
+# Fitted on probes run as the target runs (``fit_proxy --probes=schedule --stop 1 --late 0.25``):
+# each probe's mixture for the first half, uniform after, fitted on the training losses over steps
+# 600-800, all under uniform batches: what a source's early share still buys once the batches are
+# balanced, the quantity the schedule is scored on. Fixed before its runs. Smaller effects than the
+# static probes' (b 0.01 to 0.21) and noisier (R^2 0.14 to 0.91, 0.8 or more on 5 sources); Pearson
+# r 0.95 with PROXY_HALF_ELASTICITY's mixture, the floor (0.02 in units of b) binding on 4 sources.
+PROXY_SCHEDULE_ELASTICITY = (0.026, 0.018, 0.027, 0.031, 0.080, 0.015, 0.009, 0.083, 0.011, 0.169,
+                             0.040, 0.076, 0.205, 0.078, 0.066, 0.010)
 PROXY_FITS = {"proxy_early": PROXY_ELASTICITY, "proxy_half_early": PROXY_HALF_ELASTICITY,
-              "proxy_quarter_early": PROXY_QUARTER_ELASTICITY}
+              "proxy_quarter_early": PROXY_QUARTER_ELASTICITY,
+              "proxy_schedule_early": PROXY_SCHEDULE_ELASTICITY}
 
 FITTED_MIXTURE = fitted_mixture("fitted")
 REFITTED_MIXTURE = fitted_mixture("refitted")
@@ -276,7 +290,8 @@ def geometries(kind: str, num_steps: int = NUM_STEPS) -> ml_collections.ConfigDi
   simplex for 3/4 (1/2) of the run, then (nearly) the uniform point; ``"probe_<k>"``: the static
   mixture ``PROBE_MIXTURES[k]``; ``"proxy_early"``: the mixture of :data:`PROXY_ELASTICITY` for the
   first half of the run, then uniform; ``"proxy_half_early"`` and ``"proxy_quarter_early"``: the
-  same with :data:`PROXY_HALF_ELASTICITY` and :data:`PROXY_QUARTER_ELASTICITY`."""
+  same with :data:`PROXY_HALF_ELASTICITY`, :data:`PROXY_QUARTER_ELASTICITY` and
+  ``"proxy_schedule_early"`` with :data:`PROXY_SCHEDULE_ELASTICITY`."""
   if kind == "andrea":
     return andrea_geometries(num_steps, scale=num_steps / 200_000)
   g = ml_collections.ConfigDict()

@@ -116,6 +116,12 @@ def test_the_target_run_names_what_is_missing(tmp_path):
     ({"stop": 1.5}, r"stop must be in \(0, 1\], got 1.5"),
     ({"stop": 1e-9}, r"stop = 1e-09 of train.num_steps = \d+ leaves no step to run"),
     ({"ratio": 1.0}, "ratio must be a finite number > 1"),
+    ({"probes": "dynamic"}, "probes must be 'static' or 'schedule', got 'dynamic'"),
+    # The window (the last quarter of the first half) lies before the switch to uniform at 1/2.
+    ({"probes": "schedule"}, r"probes='schedule' fits the losses after the switch to uniform at "
+                             r"step \d+ \(hold = 0.5\), but the last late = 0.25 of the \d+ steps "
+                             r"run \(stop = 0.5\) starts at step \d+: raise stop"),
+    ({"probes": "schedule", "stop": 1.0, "hold": 0.8}, r"after the switch to uniform"),
 ])
 def test_bad_settings_are_refused_before_any_probe_runs(tmp_path, kwargs, message):
   def refuse(config, workdir):
@@ -141,6 +147,39 @@ def test_whole_probes_run_to_the_end_and_the_window_is_of_the_steps_run(tmp_path
       for step in range(n // 2, n, 10):
         f.write(json.dumps({"step": step, **{f"loss/{s}": 9.0 for s in SOURCES}}) + "\n")
   out = fit_proxy.fit(config, str(tmp_path / "half"), stop=0.5, late=0.5, runner=steps_then_garbage)
+  np.testing.assert_allclose(out["b"], B, atol=2e-6)
+
+
+def test_schedule_probes_switch_to_uniform_and_fit_after_the_switch(tmp_path):
+  """probes="schedule": each probe's mixture for the first half, then 1/16 on every source (even
+  if the config file's static_mixture is skewed); the fit reads the steps after the switch only.
+  The fake trainer's losses before the switch are garbage, after it they follow the early share."""
+  config = _experiment("tiny").get_config()
+  config.curriculum.strategy = "static"
+  config.curriculum.static_mixture.chat = 5.0
+  n = config.train.num_steps
+  switch = n // 2
+  seen = []
+
+  def runner(config, workdir):
+    spec = runconfig.build(config).curriculum_spec
+    w_NxS = simulate.simulate(spec, jax.random.key(0), n).weights
+    seen.append(w_NxS)
+    early = w_NxS[0]
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+      for step in range(0, n + 1, 10):
+        loss = ({f"loss/{s}": 9.0 for s in SOURCES} if step < switch else
+                {f"loss/{s}": float(2.0 - b * math.log(16 * x))
+                 for s, b, x in zip(SOURCES, B, early)})
+        f.write(json.dumps({"step": step, **loss}) + "\n")
+  out = fit_proxy.fit(config, str(tmp_path), probes="schedule", stop=1.0, late=0.25, hold=0.5,
+                      runner=runner)
+  mixtures = np.array(out["probe_mixtures"])
+  for w_NxS, mixture in zip(seen, mixtures):
+    np.testing.assert_allclose(w_NxS[:switch], np.broadcast_to(mixture, (switch, 16)), atol=1e-6)
+    np.testing.assert_allclose(w_NxS[switch:], 1 / 16, atol=1e-6)
+  assert len(mixtures) == 20 and out["probes"] == "schedule"
   np.testing.assert_allclose(out["b"], B, atol=2e-6)
 
 
