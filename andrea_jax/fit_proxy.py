@@ -16,6 +16,8 @@ steps they ran and writes ``<workdir>/proxy_fit.json``: the elasticities, their 
 interrupted resumes, so the command can simply be run again. The defaults (``--stop 0.5 --late
 0.25``) are the recipe measured best: the first half of each probe, fitted on its last quarter,
 as good as whole probes fitted on their last 10% (``--stop 1 --late 0.1``) at half the cost.
+``--probes=schedule`` runs each probe as the target runs (its mixture for the first ``--hold``,
+uniform after) and fits the losses after the switch (``--stop 1 --late 0.25``).
 
 The second command trains the config file the probes were made from (*without* the proxy's
 overrides: the target's own model) under that mixture for the first ``hold`` of its steps, then

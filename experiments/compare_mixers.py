@@ -173,6 +173,8 @@ ARMS = {
     # static probes measure what a share buys while it is held; the metric is a loss after the
     # switch. Whole probes (the cost of proxy_early).
     "proxy_schedule_early": ("static", "proxy_schedule_early"),
+    # The same probes as 400-step runs (PROXY_SCHEDULE_SHORT_ELASTICITY): half the cost.
+    "proxy_schedule_short_early": ("static", "proxy_schedule_short_early"),
 }
 
 # The designed probes of andrea_jax.curriculum.proxy: 20 static mixtures over the 16 sources, each
@@ -249,9 +251,17 @@ PROXY_QUARTER_ELASTICITY = (0.022, -0.029, 0.153, 0.086, 0.144, 0.039, 0.078, 0.
 # r 0.95 with PROXY_HALF_ELASTICITY's mixture, the floor (0.02 in units of b) binding on 4 sources.
 PROXY_SCHEDULE_ELASTICITY = (0.026, 0.018, 0.027, 0.031, 0.080, 0.015, 0.009, 0.083, 0.011, 0.169,
                              0.040, 0.076, 0.205, 0.078, 0.066, 0.010)
+# The same probes scaled down to half the cost, fixed before its runs: 400-step runs
+# (``--config.train.num_steps=400``; learning-rate schedule, switch and window all halved), each
+# mixture for 200 steps, uniform after, fitted on steps 300-400. R^2 0.68 to 0.96 on 7 sources;
+# Pearson r 0.89 with PROXY_SCHEDULE_ELASTICITY's mixture; like the quarter-length static probes it
+# credits the sources learned fast (extra-04 up 1.5x, repo-docstrings down 0.6x).
+PROXY_SCHEDULE_SHORT_ELASTICITY = (0.005, 0.009, 0.024, 0.017, 0.039, 0.008, 0.002, 0.064, 0.013,
+                                   0.095, 0.054, 0.076, 0.226, 0.120, 0.076, 0.019)
 PROXY_FITS = {"proxy_early": PROXY_ELASTICITY, "proxy_half_early": PROXY_HALF_ELASTICITY,
               "proxy_quarter_early": PROXY_QUARTER_ELASTICITY,
-              "proxy_schedule_early": PROXY_SCHEDULE_ELASTICITY}
+              "proxy_schedule_early": PROXY_SCHEDULE_ELASTICITY,
+              "proxy_schedule_short_early": PROXY_SCHEDULE_SHORT_ELASTICITY}
 
 FITTED_MIXTURE = fitted_mixture("fitted")
 REFITTED_MIXTURE = fitted_mixture("refitted")
@@ -291,7 +301,8 @@ def geometries(kind: str, num_steps: int = NUM_STEPS) -> ml_collections.ConfigDi
   mixture ``PROBE_MIXTURES[k]``; ``"proxy_early"``: the mixture of :data:`PROXY_ELASTICITY` for the
   first half of the run, then uniform; ``"proxy_half_early"`` and ``"proxy_quarter_early"``: the
   same with :data:`PROXY_HALF_ELASTICITY`, :data:`PROXY_QUARTER_ELASTICITY` and
-  ``"proxy_schedule_early"`` with :data:`PROXY_SCHEDULE_ELASTICITY`."""
+  ``"proxy_schedule_early"`` and ``"proxy_schedule_short_early"`` with
+  :data:`PROXY_SCHEDULE_ELASTICITY` and :data:`PROXY_SCHEDULE_SHORT_ELASTICITY`."""
   if kind == "andrea":
     return andrea_geometries(num_steps, scale=num_steps / 200_000)
   g = ml_collections.ConfigDict()

@@ -246,7 +246,8 @@ def test_every_arm_is_a_valid_run_config():
   for arm, fitted in (("proxy_early", exp.PROXY_ELASTICITY),
                       ("proxy_half_early", exp.PROXY_HALF_ELASTICITY),
                       ("proxy_quarter_early", exp.PROXY_QUARTER_ELASTICITY),
-                      ("proxy_schedule_early", exp.PROXY_SCHEDULE_ELASTICITY)):
+                      ("proxy_schedule_early", exp.PROXY_SCHEDULE_ELASTICITY),
+                      ("proxy_schedule_short_early", exp.PROXY_SCHEDULE_SHORT_ELASTICITY)):
     b = np.maximum(np.array(fitted), 0.02)
     spec = runconfig.build(exp.arm_config(arm, num_steps=200)).curriculum_spec
     w_NxS = simulate.simulate(spec, jax.random.key(0), 200).weights
