@@ -70,7 +70,8 @@ def probe_config(config: ml_collections.ConfigDict, mixture: Sequence[float],
 
 
 def late_start(num_steps: int, late: float) -> int:
-  """The first step of the last ``late`` of ``num_steps`` steps (at least one step)."""
+  """The first step of the last ``late`` of ``num_steps`` steps (at least one):
+  ``num_steps - max(1, floor(late num_steps + 0.5))``; e.g. ``late_start(800, 0.25) == 600``."""
   return num_steps - max(1, int(late * num_steps + 0.5))
 
 
@@ -143,11 +144,15 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *, ratio: float = 4.0, 
   probe_hold = hold if probes == "schedule" else 1.0
   if probes == "schedule":
     switch, first = round(hold * num_steps), late_start(probe_steps, late)
+    if not 1 <= switch < num_steps:
+      raise ValueError(f"probes='schedule' needs a switch to uniform inside the run, but hold = "
+                       f"{hold} of train.num_steps = {num_steps} puts it at step {switch}")
     if first < switch:
+      most = (probe_steps - switch) / probe_steps
       raise ValueError(f"probes='schedule' fits the losses after the switch to uniform at step "
                        f"{switch} (hold = {hold}), but the last late = {late} of the "
-                       f"{probe_steps} steps run (stop = {stop}) starts at step {first}: raise "
-                       "stop, or lower late or hold")
+                       f"{probe_steps} steps run (stop = {stop}) starts at step {first}: "
+                       + (f"late <= {most:.3g} fits" if most > 0 else "raise stop or lower hold"))
   losses = []
   for k, mixture in enumerate(mixtures):
     probe_dir = os.path.join(workdir, f"probe_{k:02d}")

@@ -247,15 +247,15 @@ PROXY_QUARTER_ELASTICITY = (0.022, -0.029, 0.153, 0.086, 0.144, 0.039, 0.078, 0.
 # each probe's mixture for the first half, uniform after, fitted on the training losses over steps
 # 600-800, all under uniform batches: what a source's early share still buys once the batches are
 # balanced, the quantity the schedule is scored on. Fixed before its runs. Smaller effects than the
-# static probes' (b 0.01 to 0.21) and noisier (R^2 0.14 to 0.91, 0.8 or more on 5 sources); Pearson
-# r 0.95 with PROXY_HALF_ELASTICITY's mixture, the floor (0.02 in units of b) binding on 4 sources.
+# static probes' (b 0.01 to 0.21) and noisier (R^2 0.14 to 0.91, 0.72 or more on 5 sources); Pearson
+# r 0.95 with PROXY_HALF_ELASTICITY's mixture, the floor (0.02 in units of b) binding on 5 sources.
 PROXY_SCHEDULE_ELASTICITY = (0.026, 0.018, 0.027, 0.031, 0.080, 0.015, 0.009, 0.083, 0.011, 0.169,
                              0.040, 0.076, 0.205, 0.078, 0.066, 0.010)
 # The same probes scaled down to half the cost, fixed before its runs: 400-step runs
 # (``--config.train.num_steps=400``; learning-rate schedule, switch and window all halved), each
-# mixture for 200 steps, uniform after, fitted on steps 300-400. R^2 0.68 to 0.96 on 7 sources;
+# mixture for 200 steps, uniform after, fitted on steps 300-400. R^2 0.68 to 0.96 on 8 sources;
 # Pearson r 0.89 with PROXY_SCHEDULE_ELASTICITY's mixture; like the quarter-length static probes it
-# credits the sources learned fast (extra-04 up 1.5x, repo-docstrings down 0.6x).
+# credits the sources learned fast (extra-04 up 1.5x, repo-docstrings down to 0.6x).
 PROXY_SCHEDULE_SHORT_ELASTICITY = (0.005, 0.009, 0.024, 0.017, 0.039, 0.008, 0.002, 0.064, 0.013,
                                    0.095, 0.054, 0.076, 0.226, 0.120, 0.076, 0.019)
 PROXY_FITS = {"proxy_early": PROXY_ELASTICITY, "proxy_half_early": PROXY_HALF_ELASTICITY,
@@ -299,9 +299,9 @@ def geometries(kind: str, num_steps: int = NUM_STEPS) -> ml_collections.ConfigDi
   :data:`SCHEDULES`: a schedule on the fitted line; ``"cooldown"`` (``"cooldown_half"``): the full
   simplex for 3/4 (1/2) of the run, then (nearly) the uniform point; ``"probe_<k>"``: the static
   mixture ``PROBE_MIXTURES[k]``; ``"proxy_early"``: the mixture of :data:`PROXY_ELASTICITY` for the
-  first half of the run, then uniform; ``"proxy_half_early"`` and ``"proxy_quarter_early"``: the
-  same with :data:`PROXY_HALF_ELASTICITY`, :data:`PROXY_QUARTER_ELASTICITY` and
-  ``"proxy_schedule_early"`` and ``"proxy_schedule_short_early"`` with
+  first half of the run, then uniform; ``"proxy_half_early"``, ``"proxy_quarter_early"``,
+  ``"proxy_schedule_early"`` and ``"proxy_schedule_short_early"``: the same with
+  :data:`PROXY_HALF_ELASTICITY`, :data:`PROXY_QUARTER_ELASTICITY`,
   :data:`PROXY_SCHEDULE_ELASTICITY` and :data:`PROXY_SCHEDULE_SHORT_ELASTICITY`."""
   if kind == "andrea":
     return andrea_geometries(num_steps, scale=num_steps / 200_000)

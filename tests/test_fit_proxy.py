@@ -121,7 +121,11 @@ def test_the_target_run_names_what_is_missing(tmp_path):
     ({"probes": "schedule"}, r"probes='schedule' fits the losses after the switch to uniform at "
                              r"step \d+ \(hold = 0.5\), but the last late = 0.25 of the \d+ steps "
                              r"run \(stop = 0.5\) starts at step \d+: raise stop"),
-    ({"probes": "schedule", "stop": 1.0, "hold": 0.8}, r"after the switch to uniform"),
+    ({"probes": "schedule", "stop": 1.0, "hold": 0.8}, r"starts at step \d+: late <= 0.2 fits"),
+    ({"probes": "schedule", "stop": 1.0, "hold": 1.0}, r"needs a switch to uniform inside the run, "
+                                                       r"but hold = 1.0 of train.num_steps = \d+ "
+                                                       r"puts it at step \d+"),
+    ({"probes": "schedule", "stop": 1.0, "hold": 1e-9}, r"puts it at step 0"),
 ])
 def test_bad_settings_are_refused_before_any_probe_runs(tmp_path, kwargs, message):
   def refuse(config, workdir):
@@ -181,6 +185,18 @@ def test_schedule_probes_switch_to_uniform_and_fit_after_the_switch(tmp_path):
     np.testing.assert_allclose(w_NxS[switch:], 1 / 16, atol=1e-6)
   assert len(mixtures) == 20 and out["probes"] == "schedule"
   np.testing.assert_allclose(out["b"], B, atol=2e-6)
+  # The window may start at the switch itself (the first step under uniform batches), and the
+  # probes may stop short of the end when the window still lies after the switch.
+  for stop, late in ((1.0, 0.5), (0.75, 1 / 3)):
+    out = fit_proxy.fit(config, str(tmp_path / f"stop{stop}"), probes="schedule", stop=stop,
+                        late=late, hold=0.5, runner=runner)
+    assert out["probe_steps"] - round(late * out["probe_steps"]) == switch   # by hand: n/2
+    np.testing.assert_allclose(out["b"], B, atol=2e-6)
+  # Static probes are not schedule probes: their directory is refused, naming the field.
+  fit_proxy.fit(config, str(tmp_path / "static"), stop=1.0, runner=_power_law_runner([]))
+  with pytest.raises(ValueError, match=r"is a finished probe of another config "
+                                       r"\(curriculum.geometries.uniform"):
+    fit_proxy.fit(config, str(tmp_path / "static"), probes="schedule", stop=1.0, runner=runner)
 
 
 def test_probes_run_to_another_stop_are_reused_or_go_on(tmp_path):
