@@ -48,20 +48,16 @@ def probe_config(config: ml_collections.ConfigDict, mixture: Sequence[float],
   full simplex for the first ``round(hold * train.num_steps)`` steps (``hold = 1``: throughout),
   then the uniform mixture (whatever ``curriculum.static_mixture`` was), stopped after
   ``stop_step`` steps (0: the whole run); checkpoints only at the end, no plots or progress bar."""
-  from andrea_jax.curriculum import geometry
-  if not 0 < hold <= 1:
-    raise ValueError(f"hold must be in (0, 1], got {hold!r}")
+  from andrea_jax.curriculum import proxy
+  geometries = proxy.proxy_schedule(np.asarray(mixture, np.float64), int(config.train.num_steps),
+                                    hold=hold, sources=sources, name="probe")
   c = copy.deepcopy(config)
   with c.unlocked():
     c.curriculum.strategy = "static"
-    geometries = {"probe": geometry("probe", 0, mixture=dict(zip(sources, map(float, mixture))),
-                                    sources=sources)}
-    switch = round(hold * int(c.train.num_steps))
-    if switch < c.train.num_steps:
-      geometries["uniform"] = geometry("uniform", switch, sources=sources)
+    if "uniform" in geometries:     # "then uniform", whatever static_mixture the config sets
       for k in c.curriculum.static_mixture:
         c.curriculum.static_mixture[k] = 1.0
-    c.curriculum.geometries = ml_collections.ConfigDict(geometries)
+    c.curriculum.geometries = geometries
     c.train.stop_step = int(stop_step)
     c.train.checkpoint_every = 0
     c.train.progress_bar = False

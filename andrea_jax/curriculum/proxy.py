@@ -182,12 +182,14 @@ def elasticity_mixture(b: Sequence[float], lam: float = 1.0, floor: float = 0.02
 
 
 def proxy_schedule(mixture: Sequence[float], num_steps: int, hold: float = 0.5,
-                   sources: Sequence[str] = SOURCES) -> ml_collections.ConfigDict:
+                   sources: Sequence[str] = SOURCES,
+                   name: str = "proxy") -> ml_collections.ConfigDict:
   """``curriculum.geometries``: ``mixture`` (source order of ``sources``) held on the full
   simplex for the first ``round(hold * num_steps)`` steps (under any strategy), then the full
   simplex without a mixture of its own (``hold = 1``: the mixture throughout). Under strategy
   ``"static"`` that second part holds ``curriculum.static_mixture``: leave it uniform (the
-  default) for "then uniform"; under a mixer, the mixer decides it.
+  default) for "then uniform"; under a mixer, the mixer decides it. ``name`` names the first
+  geometry.
 
   Example: ``c.curriculum.strategy = "static"; c.curriculum.geometries = proxy_schedule(w, 800)``.
   """
@@ -199,7 +201,7 @@ def proxy_schedule(mixture: Sequence[float], num_steps: int, hold: float = 0.5,
     raise ValueError(f"hold must be in (0, 1], got {hold!r}")
   switch = round(hold * num_steps)
   g = ml_collections.ConfigDict()
-  g.proxy = geometry("proxy", 0, mixture=dict(zip(sources, mixture.tolist())), sources=sources)
+  g[name] = geometry(name, 0, mixture=dict(zip(sources, mixture.tolist())), sources=sources)
   if switch < num_steps:
     g.uniform = geometry("uniform", switch, sources=sources)
   return g
