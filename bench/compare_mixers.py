@@ -780,7 +780,7 @@ def _config(exp, arm: str, seed: int, args, settings: dict | None = None):
   if args.d_model is not None:  # 32-wide heads and a 4x MLP, as in the study's model
     c.model.update(d_model=args.d_model, num_heads=max(1, args.d_model // 32),
                    d_mlp=4 * args.d_model)
-  return c
+  return exp.fit_to_model(c, arm)
 
 
 def tune(exp, args, runner) -> int:

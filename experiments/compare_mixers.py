@@ -175,6 +175,12 @@ ARMS = {
     "proxy_schedule_early": ("static", "proxy_schedule_early"),
     # The same probes as 400-step runs (PROXY_SCHEDULE_SHORT_ELASTICITY): half the cost.
     "proxy_schedule_short_early": ("static", "proxy_schedule_short_early"),
+    # Past 1M parameters the 0.13M proxy gives 16-18%, against 19-21% at 0.13-0.85M: does a proxy
+    # nearer the target's size help? The half-length fit on 4 x 128 probes
+    # (PROXY_HALF_4X128_ELASTICITY), and the 2 x 64 and 4 x 128 fits read at the target's size
+    # (SCALED_FITS), the same schedule.
+    "proxy_half_4x128_early": ("static", "proxy_half_4x128_early"),
+    "proxy_scaled_early": ("static", "proxy_scaled_early"),
 }
 
 # The designed probes of andrea_jax.curriculum.proxy: 20 static mixtures over the 16 sources, each
@@ -258,10 +264,27 @@ PROXY_SCHEDULE_ELASTICITY = (0.026, 0.018, 0.027, 0.031, 0.080, 0.015, 0.009, 0.
 # credits the sources learned fast (extra-04 up 1.5x, repo-docstrings down to 0.6x).
 PROXY_SCHEDULE_SHORT_ELASTICITY = (0.005, 0.009, 0.024, 0.017, 0.039, 0.008, 0.002, 0.064, 0.013,
                                    0.095, 0.054, 0.076, 0.226, 0.120, 0.076, 0.019)
+# The half-length fit again, on probes of the 4 x 128 model (850,688 parameters, 6.6x the 2-layer
+# model's 128,768): ``python -m andrea_jax.fit_proxy --config=experiments/compare_mixers.py:uniform
+# --config.seed=100 --config.model.num_layers=4 --config.model.d_model=128
+# --config.model.num_heads=4 --config.model.d_mlp=512 --workdir=runs/fit_proxy_half_4x128``
+# (20 x 400 steps). Fixed before its runs. R^2 0.72 to 0.99 except oasst (0.45), gutenberg (0.12)
+# and repo-docs (0.35); Pearson r 0.94 with PROXY_HALF_ELASTICITY's mixture. The larger model gains
+# more from most sources' rows (b up 1.3-2.7x on the prose, dictionary and repo-docstrings) and
+# less from extra-01, -05 and the noise extra-06: which sources pay depends on the model's size.
+PROXY_HALF_4X128_ELASTICITY = (0.150, 0.100, 0.125, 0.194, 0.309, 0.042, -0.015, 0.428, 0.040,
+                               0.585, 0.171, 0.189, 0.621, 0.278, 0.204, 0.064)
 PROXY_FITS = {"proxy_early": PROXY_ELASTICITY, "proxy_half_early": PROXY_HALF_ELASTICITY,
               "proxy_quarter_early": PROXY_QUARTER_ELASTICITY,
               "proxy_schedule_early": PROXY_SCHEDULE_ELASTICITY,
-              "proxy_schedule_short_early": PROXY_SCHEDULE_SHORT_ELASTICITY}
+              "proxy_schedule_short_early": PROXY_SCHEDULE_SHORT_ELASTICITY,
+              "proxy_half_4x128_early": PROXY_HALF_4X128_ELASTICITY}
+# Fits at two proxy sizes read at the target's: per source, b as a line in ln(parameters) through
+# the 2 x 64 and 4 x 128 half-length fits (proxy.scale_elasticity), at the parameter count of the
+# model the arm trains (bench/compare_mixers.py --layers/--d-model included: fit_to_model), the
+# same schedule. Fixed before its runs.
+SCALED_FITS = {"proxy_scaled_early": ((128_768, PROXY_HALF_ELASTICITY),
+                                      (850_688, PROXY_HALF_4X128_ELASTICITY))}
 
 FITTED_MIXTURE = fitted_mixture("fitted")
 REFITTED_MIXTURE = fitted_mixture("refitted")
@@ -287,7 +310,8 @@ SELECTED = {
 }
 
 
-def geometries(kind: str, num_steps: int = NUM_STEPS) -> ml_collections.ConfigDict:
+def geometries(kind: str, num_steps: int = NUM_STEPS,
+               num_params: int | None = None) -> ml_collections.ConfigDict:
   """``"andrea"``: the three regimes scaled to ``num_steps``; ``"full"``: the full simplex;
   ``"floor"``: the full simplex with every source at 1/32 or more; ``"noise_cap"``: the full
   simplex with the noise source ``extra-06`` at 1/32 or less; ``"fitted"``: (nearly) the single
@@ -302,7 +326,9 @@ def geometries(kind: str, num_steps: int = NUM_STEPS) -> ml_collections.ConfigDi
   first half of the run, then uniform; ``"proxy_half_early"``, ``"proxy_quarter_early"``,
   ``"proxy_schedule_early"`` and ``"proxy_schedule_short_early"``: the same with
   :data:`PROXY_HALF_ELASTICITY`, :data:`PROXY_QUARTER_ELASTICITY`,
-  :data:`PROXY_SCHEDULE_ELASTICITY` and :data:`PROXY_SCHEDULE_SHORT_ELASTICITY`."""
+  :data:`PROXY_SCHEDULE_ELASTICITY`, :data:`PROXY_SCHEDULE_SHORT_ELASTICITY` and
+  :data:`PROXY_HALF_4X128_ELASTICITY`; one of :data:`SCALED_FITS`: the same with the fits read at
+  ``num_params`` (the target model's parameter count, required)."""
   if kind == "andrea":
     return andrea_geometries(num_steps, scale=num_steps / 200_000)
   g = ml_collections.ConfigDict()
@@ -328,6 +354,12 @@ def geometries(kind: str, num_steps: int = NUM_STEPS) -> ml_collections.ConfigDi
     g.probe = geometry("probe", 0, mixture=dict(zip(SOURCES, PROBE_MIXTURES[int(kind[6:])].tolist())))
   elif kind in PROXY_FITS:
     g = proxy.proxy_schedule(proxy.elasticity_mixture(PROXY_FITS[kind]), num_steps, hold=0.5)
+  elif kind in SCALED_FITS:
+    if num_params is None:
+      raise ValueError(f"geometry kind {kind!r} needs the target model's num_params")
+    sizes, fits = zip(*SCALED_FITS[kind])
+    b = proxy.scale_elasticity(sizes, fits, num_params)
+    g = proxy.proxy_schedule(proxy.elasticity_mixture(b), num_steps, hold=0.5)
   elif kind in SCHEDULES:
     for k, (start, lam) in enumerate(SCHEDULES[kind]):
       start_step = round(start * num_steps)
@@ -338,7 +370,8 @@ def geometries(kind: str, num_steps: int = NUM_STEPS) -> ml_collections.ConfigDi
   else:
     raise ValueError("geometry kind must be andrea, full, floor, noise_cap, one of "
                      f"{', '.join(FITTED_KINDS)}, or one of them followed by _early or _late, "
-                     f"or one of {', '.join(SCHEDULES)}, probe_<k> or one of {', '.join(PROXY_FITS)}, got {kind!r}")
+                     f"or one of {', '.join(SCHEDULES)}, probe_<k> or one of "
+                     f"{', '.join([*PROXY_FITS, *SCALED_FITS])}, got {kind!r}")
   return g
 
 
@@ -391,9 +424,25 @@ def arm_config(arm: str, *, num_steps: int = NUM_STEPS, settings: dict | None = 
   c.optim.weight_decay = 0.1
 
   c.curriculum.strategy = strategy
-  c.curriculum.geometries = geometries(kind, num_steps)
   apply_overrides(c, arm_settings(arm) if settings is None else settings)
   c.cliff.update(window=50, warmup=100, cooldown=50)
+  return fit_to_model(c, arm)
+
+
+def model_params(c: ml_collections.ConfigDict) -> int:
+  """The parameter count of ``c``'s model (the padded embedding rows included)."""
+  import jax
+  from andrea_jax import model, runconfig
+  shapes = jax.eval_shape(model.init_params, runconfig.model_config(c), jax.random.key(0))
+  return model.count_params(shapes)
+
+
+def fit_to_model(c: ml_collections.ConfigDict, arm: str) -> ml_collections.ConfigDict:
+  """Sets ``c``'s geometries to ``arm``'s for ``c``'s steps and model; call it again after
+  changing the model (only the :data:`SCALED_FITS` arms depend on it)."""
+  kind = ARMS[arm][1]
+  num_params = model_params(c) if kind in SCALED_FITS else None
+  c.curriculum.geometries = geometries(kind, int(c.train.num_steps), num_params)
   return c
 
 

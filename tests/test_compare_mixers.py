@@ -247,7 +247,8 @@ def test_every_arm_is_a_valid_run_config():
                       ("proxy_half_early", exp.PROXY_HALF_ELASTICITY),
                       ("proxy_quarter_early", exp.PROXY_QUARTER_ELASTICITY),
                       ("proxy_schedule_early", exp.PROXY_SCHEDULE_ELASTICITY),
-                      ("proxy_schedule_short_early", exp.PROXY_SCHEDULE_SHORT_ELASTICITY)):
+                      ("proxy_schedule_short_early", exp.PROXY_SCHEDULE_SHORT_ELASTICITY),
+                      ("proxy_half_4x128_early", exp.PROXY_HALF_4X128_ELASTICITY)):
     b = np.maximum(np.array(fitted), 0.02)
     spec = runconfig.build(exp.arm_config(arm, num_steps=200)).curriculum_spec
     w_NxS = simulate.simulate(spec, jax.random.key(0), 200).weights
@@ -423,6 +424,49 @@ def test_fit_elasticity_command_prints_the_fit_and_the_within_run_agreement(tmp_
                        "--quick", "--fit-elasticity"], runner=runner) == 0   # 80 steps < 150
   short = capsys.readouterr().out.split("One run's own estimate")[1]
   assert "—" in short and "nan" not in short
+
+
+def test_the_scaled_proxy_reads_both_fits_at_the_target_models_size(tmp_path):
+  """proxy_scaled_early at the 2 x 64 and 4 x 128 models is exactly the fit made at that size
+  (their parameter counts counted by hand); at 6 x 192 it is each source's line in ln N through
+  the two fits (worked out here from the listed numbers), and the bench's --layers/--d-model
+  reach it."""
+  import jax
+  from andrea_jax import runconfig
+  from andrea_jax.curriculum import simulate
+  exp = bench.load_experiment()
+  # Embedding 384 x d (257 byte ids padded to 128s) + position 64 x d + per block 12 d^2 + 13 d
+  # + the final norm's 2 d.
+  def by_hand(layers, d):
+    return 384 * d + 64 * d + layers * (12 * d * d + 13 * d) + 2 * d
+  assert [n for n, _ in exp.SCALED_FITS["proxy_scaled_early"]] == [by_hand(2, 64),
+                                                                   by_hand(4, 128)]
+  def first_half(c):
+    w_NxS = simulate.simulate(runconfig.build(c).curriculum_spec, jax.random.key(0), 200).weights
+    np.testing.assert_allclose(w_NxS[100:], 1 / 16, atol=1e-6)
+    return w_NxS[0]
+  def mixture(b):
+    b = np.maximum(np.array(b), 0.02)
+    return b / b.sum()
+  c = exp.arm_config("proxy_scaled_early", num_steps=200)
+  assert exp.model_params(c) == by_hand(2, 64)
+  np.testing.assert_allclose(first_half(c), mixture(exp.PROXY_HALF_ELASTICITY), atol=1e-6)
+  c.model.update(num_layers=4, num_heads=4, d_model=128, d_mlp=512)
+  np.testing.assert_allclose(first_half(exp.fit_to_model(c, "proxy_scaled_early")),
+                             mixture(exp.PROXY_HALF_4X128_ELASTICITY), atol=1e-6)
+  small, large = np.array(exp.PROXY_HALF_ELASTICITY), np.array(exp.PROXY_HALF_4X128_ELASTICITY)
+  t = np.log(by_hand(6, 192) / by_hand(2, 64)) / np.log(by_hand(4, 128) / by_hand(2, 64))
+  configs = []
+  def runner(config, workdir):
+    configs.append(config)
+    return fake_runner(config, workdir, rate=1.0)
+  assert bench.main(["--out", str(tmp_path), "--arms", "proxy_scaled_early", "--seeds", "0",
+                     "--steps", "200", "--no-overhead", "--layers", "6", "--d-model", "192"],
+                    runner=runner) == 0
+  (scaled,) = [c for c in configs if c.curriculum.geometries.get("proxy")]
+  np.testing.assert_allclose(first_half(scaled), mixture(small + t * (large - small)), atol=1e-6)
+  with pytest.raises(ValueError, match="num_params"):
+    exp.geometries("proxy_scaled_early", 200)
 
 
 def test_model_size_flags_reach_every_run(tmp_path):

@@ -139,6 +139,39 @@ def test_elasticity_mixture_refuses_bad_input(kwargs, message):
     proxy.elasticity_mixture(**args)
 
 
+def test_scale_elasticity_by_hand():
+  # Two sizes a decade apart: b moves by (0.3 - 0.1) per decade on source 0, by -0.2 on source 1.
+  sizes, b = [1e5, 1e6], [[0.1, 0.4], [0.3, 0.2]]
+  np.testing.assert_allclose(proxy.scale_elasticity(sizes, b, 1e7), [0.5, 0.0], atol=1e-12)
+  np.testing.assert_allclose(proxy.scale_elasticity(sizes, b, 10**5.5), [0.2, 0.3])
+  np.testing.assert_allclose(proxy.scale_elasticity(sizes, b, 1e5), b[0])
+  # The order of the sizes does not matter.
+  np.testing.assert_allclose(proxy.scale_elasticity(sizes[::-1], b[::-1], 1e7), [0.5, 0.0],
+                             atol=1e-12)
+
+
+def test_scale_elasticity_matches_numpy_polyfit_on_three_sizes():
+  rng = np.random.default_rng(0)
+  sizes = np.array([1.3e5, 8.5e5, 2.76e6])
+  b = rng.normal(0.2, 0.1, (3, 16))
+  want = [np.polyval(np.polyfit(np.log(sizes), b[:, s], 1), np.log(6.43e6)) for s in range(16)]
+  np.testing.assert_allclose(proxy.scale_elasticity(sizes, b, 6.43e6), want, rtol=1e-10)
+
+
+@pytest.mark.parametrize("sizes,b,target,message", [
+    ([1e5], [[0.1]], 1e6, "at least 2"),
+    ([1e5, 1e6], [[0.1, 0.2]], 1e6, r"\[sizes=2, sources\]"),
+    ([1e5, 0.0], [[0.1], [0.2]], 1e6, "> 0"),
+    ([1e5, 1e5], [[0.1], [0.2]], 1e6, "distinct"),
+    ([1e5, 1e6], [[0.1], [np.nan]], 1e6, r"b_KxS\[1, 0\] = nan"),
+    ([1e5, 1e6], [[0.1], [0.2]], -1.0, "target_params"),
+    ([1e5, 1e6], [[0.1], [0.2]], np.inf, "target_params"),
+])
+def test_scale_elasticity_refuses_bad_input(sizes, b, target, message):
+  with pytest.raises(ValueError, match=message):
+    proxy.scale_elasticity(sizes, b, target)
+
+
 def test_proxy_schedule_holds_the_mixture_then_uniform():
   """The static strategy under the schedule's geometries holds the mixture for the first
   ``hold`` of the run exactly (it lies inside the full simplex), then 1/16 on every source."""

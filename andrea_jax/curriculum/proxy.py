@@ -34,6 +34,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -179,6 +180,40 @@ def elasticity_mixture(b: Sequence[float], lam: float = 1.0, floor: float = 0.02
     raise ValueError(f"floor must be > 0, got {floor!r}")
   w = np.maximum(b, floor)
   return lam * w / w.sum() + (1 - lam) / b.size
+
+
+def scale_elasticity(num_params: Sequence[float], b_KxS: Sequence[Sequence[float]],
+                     target_params: float) -> np.ndarray:
+  """Each source's elasticity at a model of ``target_params`` parameters, from fits at ``K >= 2``
+  proxy sizes: per source, ``b_s`` as a straight line in ``ln N`` (least squares; through both
+  points for two sizes) read at ``ln target_params`` (``[S]``; between the sizes an interpolation,
+  beyond them an extrapolation, which amplifies the fits' noise).
+
+  Args:
+    num_params: ``[K]`` the proxies' parameter counts, distinct and > 0.
+    b_KxS: each proxy's fitted elasticities (:func:`fit_elasticity`), one row per size.
+    target_params: the target model's parameter count (> 0).
+
+  Example: ``scale_elasticity([1e5, 1e6], [[0.1, 0.4], [0.3, 0.2]], 1e7)`` is ``(0.5, 0.0)``.
+  """
+  n = np.asarray(num_params, np.float64)
+  b = np.asarray(b_KxS, np.float64)
+  if n.ndim != 1 or n.size < 2:
+    raise ValueError(f"num_params must list at least 2 proxy sizes, got {n.tolist()!r}")
+  if b.ndim != 2 or b.shape[0] != n.size or not b.shape[1]:
+    raise ValueError(f"b_KxS must be [sizes={n.size}, sources], got shape {b.shape}")
+  if not (np.isfinite(n) & (n > 0)).all():
+    raise ValueError(f"num_params must be finite and > 0, got {n.tolist()!r}")
+  if np.unique(n).size != n.size:
+    raise ValueError(f"num_params must be distinct (a slope needs two sizes), got {n.tolist()!r}")
+  if not np.isfinite(b).all():
+    k, s = np.argwhere(~np.isfinite(b))[0]
+    raise ValueError(f"b_KxS[{k}, {s}] = {float(b[k, s])}: must be finite")
+  if not (math.isfinite(target_params) and target_params > 0):
+    raise ValueError(f"target_params must be finite and > 0, got {target_params!r}")
+  x = np.log(n) - np.log(n).mean()
+  slope = x @ (b - b.mean(axis=0)) / (x @ x)
+  return b.mean(axis=0) + slope * (math.log(target_params) - np.log(n).mean())
 
 
 def proxy_schedule(mixture: Sequence[float], num_steps: int, hold: float = 0.5,
