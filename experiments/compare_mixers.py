@@ -75,7 +75,9 @@ runs): proxy_early 1.967 (19.3%), proxy_then_elastic 1.968 (19.6%); at 4 x 128 p
 (18.9%, seeds 0-5) and 1.604 (18.1%, seeds 6-8; proxy_then_elastic 1.603, 17.7%); at 6 x 192
 1.508 (16.0%); proxy_half_early 1.957 (21.1%; 1.958 and 19.4% over seeds 0-8, where proxy_early
 gives 1.962 and 19.2%), 1.597 at 4 x 128 (19.5%, seeds 0-8), 1.503 at 6 x 192 (16.9%), 1.489 at
-8 x 256 (16.4%, seeds 0-2); proxy_quarter_early 1.970 (15.6%, seeds 0-8), 1.619 at 4 x 128 (14.4%).
+8 x 256 (16.4%, seeds 0-2); proxy_quarter_early 1.970 (15.6%, seeds 0-8), 1.619 at 4 x 128 (14.4%);
+proxy_half_4x128_early 1.595 (20.6%) at 4 x 128 (seeds 0-8), 1.503 at 6 x 192 (17.4%); proxy_scaled_early
+1.496 at 6 x 192 (17.8%), 1.486 at 8 x 256 (17.7%).
 """
 
 from collections.abc import Sequence

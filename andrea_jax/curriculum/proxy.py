@@ -19,6 +19,12 @@ model decides the mixture of a larger one), with the probes laid out as a design
    the static strategy, or the mixer under another one (measured in ``bench/compare_mixers.py``: the gain is made early, and the uniform
    part repairs what the mixture cost the sources it starved).
 
+Fits made at two or more proxy sizes can be read at the target's size (:func:`scale_elasticity`:
+per source, a line in the log of the parameter count). On the built-in corpus the larger models
+value the prose and templated sources' rows more than a 0.13M proxy does, but reading the fits at
+the target's size moved the schedule's gain by about a point of the steps, within the seeds'
+spread (``bench/RESULTS.md``, "A proxy nearer the target's size").
+
 Everything here is numpy and config: the probes and the run are ordinary training runs
 (``python -m andrea_jax.fit_proxy`` runs the probes, at half length by default, and writes the
 fit; ``bench/compare_mixers.py --fit-proxy`` is the study's whole-probe version).
