@@ -180,7 +180,9 @@ ARMS = {
     # Past 1M parameters the 0.13M proxy gives 16-18%, against 19-21% at 0.13-0.85M: does a proxy
     # nearer the target's size help? The half-length fit on 4 x 128 probes
     # (PROXY_HALF_4X128_ELASTICITY), and the 2 x 64 and 4 x 128 fits read at the target's size
-    # (SCALED_FITS), the same schedule.
+    # (SCALED_FITS), the same schedule. proxy_scaled_early reads the size when its config is made:
+    # bench/compare_mixers.py --layers/--d-model re-read it (fit_to_model); --config.model.*
+    # overrides of python -m andrea_jax.main come after, so there it stays at the 2 x 64 size.
     "proxy_half_4x128_early": ("static", "proxy_half_4x128_early"),
     "proxy_scaled_early": ("static", "proxy_scaled_early"),
 }
@@ -272,8 +274,8 @@ PROXY_SCHEDULE_SHORT_ELASTICITY = (0.005, 0.009, 0.024, 0.017, 0.039, 0.008, 0.0
 # --config.model.num_heads=4 --config.model.d_mlp=512 --workdir=runs/fit_proxy_half_4x128``
 # (20 x 400 steps). Fixed before its runs. R^2 0.72 to 0.99 except oasst (0.45), gutenberg (0.12)
 # and repo-docs (0.35); Pearson r 0.94 with PROXY_HALF_ELASTICITY's mixture. The larger model gains
-# more from most sources' rows (b up 1.3-2.7x on the prose, dictionary and repo-docstrings) and
-# less from extra-01, -05 and the noise extra-06: which sources pay depends on the model's size.
+# more from most sources' rows (b x1.15-2.8 on the prose, x1.4 on dictionary, x1.6 on
+# repo-docstrings), the same from extra-02, -03 and -05, less from extra-01 and the noise extra-06.
 PROXY_HALF_4X128_ELASTICITY = (0.150, 0.100, 0.125, 0.194, 0.309, 0.042, -0.015, 0.428, 0.040,
                                0.585, 0.171, 0.189, 0.621, 0.278, 0.204, 0.064)
 PROXY_FITS = {"proxy_early": PROXY_ELASTICITY, "proxy_half_early": PROXY_HALF_ELASTICITY,

@@ -161,6 +161,7 @@ def test_scale_elasticity_matches_numpy_polyfit_on_three_sizes():
 @pytest.mark.parametrize("sizes,b,target,message", [
     ([1e5], [[0.1]], 1e6, "at least 2"),
     ([1e5, 1e6], [[0.1, 0.2]], 1e6, r"\[sizes=2, sources\]"),
+    ([1e5, 1e6], [[0.1, 0.2], [0.3]], 1e6, r"lengths \[2, 1\]"),
     ([1e5, 0.0], [[0.1], [0.2]], 1e6, "> 0"),
     ([1e5, 1e5], [[0.1], [0.2]], 1e6, "distinct"),
     ([1e5, 1e6], [[0.1], [np.nan]], 1e6, r"b_KxS\[1, 0\] = nan"),

@@ -20,10 +20,11 @@ model decides the mixture of a larger one), with the probes laid out as a design
    part repairs what the mixture cost the sources it starved).
 
 Fits made at two or more proxy sizes can be read at the target's size (:func:`scale_elasticity`:
-per source, a line in the log of the parameter count). On the built-in corpus the larger models
-value the prose and templated sources' rows more than a 0.13M proxy does, but reading the fits at
-the target's size moved the schedule's gain by about a point of the steps, within the seeds'
-spread (``bench/RESULTS.md``, "A proxy nearer the target's size").
+per source, a line in the log of the parameter count). On the built-in corpus a 0.85M proxy
+values most sources' rows more than a 0.13M one does (the prose, ``dictionary`` and
+``repo-docstrings`` most), but reading the fits at the target's size moved the schedule's gain by
+about a point of the steps, within the seeds' spread (``bench/RESULTS.md``, "A proxy nearer the
+target's size").
 
 Everything here is numpy and config: the probes and the run are ordinary training runs
 (``python -m andrea_jax.fit_proxy`` runs the probes, at half length by default, and writes the
@@ -200,26 +201,29 @@ def scale_elasticity(num_params: Sequence[float], b_KxS: Sequence[Sequence[float
     b_KxS: each proxy's fitted elasticities (:func:`fit_elasticity`), one row per size.
     target_params: the target model's parameter count (> 0).
 
-  Example: ``scale_elasticity([1e5, 1e6], [[0.1, 0.4], [0.3, 0.2]], 1e7)`` is ``(0.5, 0.0)``.
+  Example: ``scale_elasticity([1e5, 1e6], [[0.1, 0.4], [0.3, 0.2]], 1e7)`` is ``(0.5, 0.0)`` (to
+  rounding).
   """
-  n = np.asarray(num_params, np.float64)
-  b = np.asarray(b_KxS, np.float64)
-  if n.ndim != 1 or n.size < 2:
-    raise ValueError(f"num_params must list at least 2 proxy sizes, got {n.tolist()!r}")
-  if b.ndim != 2 or b.shape[0] != n.size or not b.shape[1]:
-    raise ValueError(f"b_KxS must be [sizes={n.size}, sources], got shape {b.shape}")
-  if not (np.isfinite(n) & (n > 0)).all():
-    raise ValueError(f"num_params must be finite and > 0, got {n.tolist()!r}")
-  if np.unique(n).size != n.size:
-    raise ValueError(f"num_params must be distinct (a slope needs two sizes), got {n.tolist()!r}")
-  if not np.isfinite(b).all():
-    k, s = np.argwhere(~np.isfinite(b))[0]
-    raise ValueError(f"b_KxS[{k}, {s}] = {float(b[k, s])}: must be finite")
+  n_K = np.asarray(num_params, np.float64)
+  if n_K.ndim != 1 or n_K.size < 2:
+    raise ValueError(f"num_params must list at least 2 proxy sizes, got {n_K.tolist()!r}")
+  rows = [np.ravel(np.asarray(row, np.float64)) for row in b_KxS]
+  if len(rows) != n_K.size or not rows[0].size or {r.size for r in rows} != {rows[0].size}:
+    raise ValueError(f"b_KxS must be [sizes={n_K.size}, sources], got rows of lengths "
+                     f"{[r.size for r in rows]}")
+  b_KxS = np.stack(rows)
+  if not (np.isfinite(n_K) & (n_K > 0)).all():
+    raise ValueError(f"num_params must be finite and > 0, got {n_K.tolist()!r}")
+  if np.unique(n_K).size != n_K.size:
+    raise ValueError(f"num_params must be distinct (a slope needs two sizes), got {n_K.tolist()!r}")
+  if not np.isfinite(b_KxS).all():
+    k, s = np.argwhere(~np.isfinite(b_KxS))[0]
+    raise ValueError(f"b_KxS[{k}, {s}] = {float(b_KxS[k, s])}: must be finite")
   if not (math.isfinite(target_params) and target_params > 0):
     raise ValueError(f"target_params must be finite and > 0, got {target_params!r}")
-  x = np.log(n) - np.log(n).mean()
-  slope = x @ (b - b.mean(axis=0)) / (x @ x)
-  return b.mean(axis=0) + slope * (math.log(target_params) - np.log(n).mean())
+  lnN_K = np.log(n_K) - np.log(n_K).mean()
+  slope_S = lnN_K @ (b_KxS - b_KxS.mean(axis=0)) / (lnN_K @ lnN_K)
+  return b_KxS.mean(axis=0) + slope_S * (math.log(target_params) - np.log(n_K).mean())
 
 
 def proxy_schedule(mixture: Sequence[float], num_steps: int, hold: float = 0.5,
