@@ -356,13 +356,14 @@ def geometries(kind: str, num_steps: int = NUM_STEPS,
     g.cooldown = _point("cooldown", start, (1 / len(SOURCES),) * len(SOURCES))
   elif kind in PROBE_ARMS:
     g.probe = geometry("probe", 0, mixture=dict(zip(SOURCES, PROBE_MIXTURES[int(kind[6:])].tolist())))
-  elif kind in PROXY_FITS:
-    g = proxy.proxy_schedule(proxy.elasticity_mixture(PROXY_FITS[kind]), num_steps, hold=0.5)
-  elif kind in SCALED_FITS:
-    if num_params is None:
+  elif kind in PROXY_FITS or kind in SCALED_FITS:
+    if kind in PROXY_FITS:
+      b = PROXY_FITS[kind]
+    elif num_params is None:
       raise ValueError(f"geometry kind {kind!r} needs the target model's num_params")
-    sizes, fits = zip(*SCALED_FITS[kind])
-    b = proxy.scale_elasticity(sizes, fits, num_params)
+    else:
+      sizes, fits = zip(*SCALED_FITS[kind])
+      b = proxy.scale_elasticity(sizes, fits, num_params)
     g = proxy.proxy_schedule(proxy.elasticity_mixture(b), num_steps, hold=0.5)
   elif kind in SCHEDULES:
     for k, (start, lam) in enumerate(SCHEDULES[kind]):
