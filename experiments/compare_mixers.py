@@ -185,6 +185,13 @@ ARMS = {
     # overrides of python -m andrea_jax.main come after, so there it stays at the 2 x 64 size.
     "proxy_half_4x128_early": ("static", "proxy_half_4x128_early"),
     "proxy_scaled_early": ("static", "proxy_scaled_early"),
+    # Past 1M parameters the arms fall faster than uniform after the switch (they catch up on the
+    # sources they starved), and on the hindsight fit the stronger mixture won at 0.85M (lambda 1
+    # against 0.75) where the weaker one won at 0.13M: a larger model can afford to starve the
+    # low-elasticity sources harder for the first half. The scaled fit's mixture sharpened,
+    # proportional to b ** 1.5 and b ** 2 (SHARPEN), the same schedule. Fixed before its runs.
+    "proxy_scaled_p15_early": ("static", "proxy_scaled_p15_early"),
+    "proxy_scaled_p2_early": ("static", "proxy_scaled_p2_early"),
 }
 
 # The designed probes of andrea_jax.curriculum.proxy: 20 static mixtures over the 16 sources, each
@@ -287,8 +294,12 @@ PROXY_FITS = {"proxy_early": PROXY_ELASTICITY, "proxy_half_early": PROXY_HALF_EL
 # the 2 x 64 and 4 x 128 half-length fits (proxy.scale_elasticity), at the parameter count of the
 # model the arm trains (bench/compare_mixers.py --layers/--d-model included: fit_to_model), the
 # same schedule. Fixed before its runs.
-SCALED_FITS = {"proxy_scaled_early": ((128_768, PROXY_HALF_ELASTICITY),
-                                      (850_688, PROXY_HALF_4X128_ELASTICITY))}
+_TWO_SIZES = ((128_768, PROXY_HALF_ELASTICITY), (850_688, PROXY_HALF_4X128_ELASTICITY))
+SCALED_FITS = {"proxy_scaled_early": _TWO_SIZES, "proxy_scaled_p15_early": _TWO_SIZES,
+               "proxy_scaled_p2_early": _TWO_SIZES}
+# The power of proxy.elasticity_mixture per proxy kind (1 where absent): the mixture proportional
+# to max(b, floor) ** power.
+SHARPEN = {"proxy_scaled_p15_early": 1.5, "proxy_scaled_p2_early": 2.0}
 
 FITTED_MIXTURE = fitted_mixture("fitted")
 REFITTED_MIXTURE = fitted_mixture("refitted")
@@ -332,7 +343,7 @@ def geometries(kind: str, num_steps: int = NUM_STEPS,
   :data:`PROXY_HALF_ELASTICITY`, :data:`PROXY_QUARTER_ELASTICITY`,
   :data:`PROXY_SCHEDULE_ELASTICITY`, :data:`PROXY_SCHEDULE_SHORT_ELASTICITY` and
   :data:`PROXY_HALF_4X128_ELASTICITY`; one of :data:`SCALED_FITS`: the same with the fits read at
-  ``num_params`` (the target model's parameter count, required)."""
+  ``num_params`` (the target model's parameter count, required), sharpened by :data:`SHARPEN`."""
   if kind == "andrea":
     return andrea_geometries(num_steps, scale=num_steps / 200_000)
   g = ml_collections.ConfigDict()
@@ -364,7 +375,8 @@ def geometries(kind: str, num_steps: int = NUM_STEPS,
     else:
       sizes, fits = zip(*SCALED_FITS[kind])
       b = proxy.scale_elasticity(sizes, fits, num_params)
-    g = proxy.proxy_schedule(proxy.elasticity_mixture(b), num_steps, hold=0.5)
+    g = proxy.proxy_schedule(proxy.elasticity_mixture(b, power=SHARPEN.get(kind, 1.0)), num_steps,
+                             hold=0.5)
   elif kind in SCHEDULES:
     for k, (start, lam) in enumerate(SCHEDULES[kind]):
       start_step = round(start * num_steps)

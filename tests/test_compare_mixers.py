@@ -445,9 +445,9 @@ def test_the_scaled_proxy_reads_both_fits_at_the_target_models_size(tmp_path):
     w_NxS = simulate.simulate(runconfig.build(c).curriculum_spec, jax.random.key(0), 200).weights
     np.testing.assert_allclose(w_NxS[100:], 1 / 16, atol=1e-6)
     return w_NxS[0]
-  def mixture(b):
-    b = np.maximum(np.array(b), 0.02)
-    return b / b.sum()
+  def mixture(b, power=1.0):
+    w = np.maximum(np.array(b), 0.02) ** power
+    return w / w.sum()
   c = exp.arm_config("proxy_scaled_early", num_steps=200)
   assert exp.model_params(c) == by_hand(2, 64)
   np.testing.assert_allclose(first_half(c), mixture(exp.PROXY_HALF_ELASTICITY), atol=1e-6)
@@ -467,6 +467,13 @@ def test_the_scaled_proxy_reads_both_fits_at_the_target_models_size(tmp_path):
   np.testing.assert_allclose(first_half(scaled), mixture(small + t * (large - small)), atol=1e-6)
   with pytest.raises(ValueError, match="num_params"):
     exp.geometries("proxy_scaled_early", 200)
+  # The sharpened arms: the same fits, the mixture proportional to max(b, 0.02) ** 1.5 and ** 2.
+  for arm, power in (("proxy_scaled_p15_early", 1.5), ("proxy_scaled_p2_early", 2.0)):
+    c = exp.arm_config(arm, num_steps=200)
+    np.testing.assert_allclose(first_half(c), mixture(small, power), atol=1e-6)
+    c.model.update(num_layers=4, num_heads=4, d_model=128, d_mlp=512)
+    np.testing.assert_allclose(first_half(exp.fit_to_model(c, arm)),
+                               mixture(large, power), atol=1e-6)
 
 
 def test_model_size_flags_reach_every_run(tmp_path):

@@ -127,11 +127,20 @@ def test_elasticity_mixture_by_hand():
   np.testing.assert_allclose(proxy.elasticity_mixture([0.3, 0.1, -1.0], lam=0.5, floor=0.1),
                              [0.3 + 1 / 6, 0.1 + 1 / 6, 0.1 + 1 / 6])
   np.testing.assert_allclose(proxy.elasticity_mixture([0.3, 0.1, 0.5], lam=0.0), 1 / 3)
+  # Squared: (0.09, 0.01, 0.01) / 0.11; square root: (0.3 ** 0.5, 0.1 ** 0.5, 0.1 ** 0.5) / sum.
+  np.testing.assert_allclose(
+      proxy.elasticity_mixture([0.3, 0.1, -1.0], lam=1.0, floor=0.1, power=2.0),
+      [9 / 11, 1 / 11, 1 / 11])
+  root = np.sqrt([0.3, 0.1, 0.1])
+  np.testing.assert_allclose(
+      proxy.elasticity_mixture([0.3, 0.1, -1.0], lam=0.5, floor=0.1, power=0.5),
+      0.5 * root / root.sum() + 0.5 / 3)
 
 
 @pytest.mark.parametrize("kwargs,message", [
     ({"b": [0.1, np.nan]}, "finite"), ({"b": []}, "non-empty"), ({"lam": 1.5}, "lam"),
-    ({"floor": 0.0}, "floor"),
+    ({"floor": 0.0}, "floor"), ({"power": 0.0}, "power must be a finite number > 0, got 0.0"),
+    ({"power": np.inf}, "power"), ({"power": -1.0}, "power"),
 ])
 def test_elasticity_mixture_refuses_bad_input(kwargs, message):
   args = {"b": [0.1, 0.2], **kwargs}

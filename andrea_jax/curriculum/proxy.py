@@ -170,13 +170,18 @@ def fit_elasticity(shares_KxS: np.ndarray, losses_KxS: np.ndarray) -> Elasticity
   return ElasticityFit(b=b, intercept=c, r2=r2)
 
 
-def elasticity_mixture(b: Sequence[float], lam: float = 1.0, floor: float = 0.02) -> np.ndarray:
-  """``lam * max(b, floor) / sum max(b, floor) + (1 - lam) / S``: the fitted mixture (``[S]``).
+def elasticity_mixture(b: Sequence[float], lam: float = 1.0, floor: float = 0.02,
+                       power: float = 1.0) -> np.ndarray:
+  """``lam * w / sum w + (1 - lam) / S`` with ``w = max(b, floor) ** power``: the fitted
+  mixture (``[S]``).
 
   ``floor`` (in the units of ``b``) keeps a source of zero or negative fitted elasticity (noise, or
-  one already learnt) in the batches.
+  one already learnt) in the batches. ``power`` sharpens (> 1) or flattens (< 1) the mixture
+  around the elasticities' own proportions (1): a run that goes back to uniform after it can
+  afford to starve the low-``b`` sources harder than a static mixture can.
 
-  Example: ``elasticity_mixture([0.3, 0.1, -1], lam=1, floor=0.1)`` is ``(0.6, 0.2, 0.2)``.
+  Example: ``elasticity_mixture([0.3, 0.1, -1], lam=1, floor=0.1)`` is ``(0.6, 0.2, 0.2)``; with
+  ``power=2`` it is ``(0.09, 0.01, 0.01) / 0.11``.
   """
   b = np.asarray(b, np.float64)
   if b.ndim != 1 or not b.size or not np.isfinite(b).all():
@@ -185,7 +190,9 @@ def elasticity_mixture(b: Sequence[float], lam: float = 1.0, floor: float = 0.02
     raise ValueError(f"lam must be in [0, 1], got {lam!r}")
   if not floor > 0:
     raise ValueError(f"floor must be > 0, got {floor!r}")
-  w = np.maximum(b, floor)
+  if not (power > 0 and math.isfinite(power)):
+    raise ValueError(f"power must be a finite number > 0, got {power!r}")
+  w = np.maximum(b, floor) ** power
   return lam * w / w.sum() + (1 - lam) / b.size
 
 
