@@ -12,7 +12,7 @@ in half of them), with the static strategy on the full simplex and the model as 
 (``train.stop_step``: its learning-rate schedule still that of the whole run). The command then
 fits each source's data elasticity on the probes' training losses over the last ``--late`` of the
 steps they ran and writes ``<workdir>/proxy_fit.json``: the elasticities, their R^2, the mixture
-``elasticity_mixture(b, --lam)`` and ``--hold``. A probe already finished is reused and one
+``elasticity_mixture(b, --lam, power=--power)`` and ``--hold``. A probe already finished is reused and one
 interrupted resumes, so the command can simply be run again. The defaults (``--stop 0.5 --late
 0.25``) are the recipe measured best: the first half of each probe, fitted on its last quarter,
 as good as whole probes fitted on their last 10% (``--stop 1 --late 0.1``) at half the cost.
@@ -106,7 +106,8 @@ def _changed(old, new, path: str = "") -> list[str]:
 
 def fit(config: ml_collections.ConfigDict, workdir: str, *, ratio: float = 4.0, lam: float = 1.0,
         hold: float = 0.5, stop: float = 0.5, late: float = 0.25, probes: str = "static",
-        config_file: str | None = None, runner: Callable | None = None) -> dict:
+        power: float = 1.0, config_file: str | None = None,
+        runner: Callable | None = None) -> dict:
   """Runs (or reuses) the probes of ``config`` under ``workdir`` and writes the fit.
 
   Each probe runs the first ``stop`` of ``config.train.num_steps`` (``train.stop_step``); each
@@ -114,9 +115,10 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *, ratio: float = 4.0, 
   ``probes="static"`` holds each probe's mixture throughout; ``probes="schedule"`` runs the
   probes as the target will run, the probe mixture for the first ``hold`` of the steps and
   uniform after, and fits the losses after the switch (the window must lie there): what a
-  source's early share still buys once every source gets the same share.
+  source's early share still buys once every source gets the same share. The mixture is
+  ``proxy.elasticity_mixture(b, lam, power=power)``.
   Returns (and writes to ``<workdir>/proxy_fit.json``) ``{"sources", "b", "r2", "intercept",
-  "mixture", "lam", "hold", "ratio", "num_steps", "probe_steps", "stop", "late", "probes",
+  "mixture", "lam", "power", "hold", "ratio", "num_steps", "probe_steps", "stop", "late", "probes",
   "probe_mixtures", "late_losses", "config_file"}``. ``runner(config, workdir)`` trains one probe
   (default :func:`andrea_jax.train.train_and_evaluate`).
   """
@@ -126,6 +128,8 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *, ratio: float = 4.0, 
                                 ("lam", lam, False)):
     if not ((0 < value if low_open else 0 <= value) and value <= 1):   # before any run
       raise ValueError(f"{name} must be in {'(' if low_open else '['}0, 1], got {value!r}")
+  if not (power > 0 and math.isfinite(power)):
+    raise ValueError(f"power must be a finite number > 0, got {power!r}")
   if probes not in ("static", "schedule"):
     raise ValueError(f"probes must be 'static' or 'schedule', got {probes!r}")
   sources = runconfig.build(config).sources
@@ -191,7 +195,8 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *, ratio: float = 4.0, 
   out = {"sources": list(sources), "b": result.b.tolist(),
          "r2": [None if math.isnan(r) else r for r in result.r2.tolist()],
          "intercept": result.intercept.tolist(),
-         "mixture": proxy.elasticity_mixture(result.b, lam=lam).tolist(), "lam": lam,
+         "mixture": proxy.elasticity_mixture(result.b, lam=lam, power=power).tolist(),
+         "lam": lam, "power": power,
          "hold": hold, "ratio": ratio, "num_steps": num_steps, "probe_steps": probe_steps,
          "stop": stop, "late": late, "probes": probes,
          "probe_mixtures": mixtures.tolist(), "late_losses": np.array(losses).tolist(),
@@ -218,7 +223,7 @@ def main(argv: Sequence[str]) -> None:
   try:
     out = fit(config_flag.value, flags.FLAGS.workdir, ratio=flags.FLAGS.ratio,
               lam=flags.FLAGS.lam, hold=flags.FLAGS.hold, stop=flags.FLAGS.stop,
-              late=flags.FLAGS.late, probes=flags.FLAGS.probes,
+              late=flags.FLAGS.late, probes=flags.FLAGS.probes, power=flags.FLAGS.power,
               config_file=config_flags.get_config_filename(config_flag))
   except (ValueError, TypeError, DataError, CheckpointError, train.TrainingHalted) as e:
     # Bad input or a halted probe: the message names the field, file or step (finished probes
@@ -243,6 +248,8 @@ def run() -> None:
   flags.DEFINE_string("workdir", None, "directory for the probes and proxy_fit.json")
   flags.DEFINE_float("ratio", 4.0, "a high source's share over a low one's in each probe")
   flags.DEFINE_float("lam", 1.0, "the fitted mixture's weight; 1 - lam stays uniform")
+  flags.DEFINE_float("power", 1.0, "the mixture proportional to max(b, 0.02) ** power: > 1 "
+                     "sharpens it toward the high-b sources (bench/RESULTS.md, 'A sharper mixture')")
   flags.DEFINE_float("hold", 0.5, "fraction of the target run under the mixture, uniform after")
   flags.DEFINE_float("stop", 0.5, "fraction of train.num_steps each probe runs (train.stop_step: "
                      "the learning-rate schedule still the whole run's)")

@@ -66,6 +66,10 @@ def test_fit_recovers_the_elasticities_and_reuses_finished_probes(tmp_path):
   again = fit_proxy.fit(config, str(tmp_path), lam=0.5, config_file="experiments/tiny.py",
                         runner=refuse)
   np.testing.assert_allclose(again["mixture"], 0.5 * w / w.sum() + 0.5 / 16, atol=1e-6)
+  sharp = fit_proxy.fit(config, str(tmp_path), power=2.0, config_file="experiments/tiny.py",
+                        runner=refuse)
+  np.testing.assert_allclose(sharp["mixture"], w ** 2 / (w ** 2).sum(), atol=1e-6)
+  assert sharp["power"] == 2.0 and out["power"] == 1.0
 
 
 def test_a_probe_holds_its_mixture_on_the_full_simplex_with_the_static_strategy():
@@ -116,6 +120,8 @@ def test_the_target_run_names_what_is_missing(tmp_path):
     ({"stop": 1.5}, r"stop must be in \(0, 1\], got 1.5"),
     ({"stop": 1e-9}, r"stop = 1e-09 of train.num_steps = \d+ leaves no step to run"),
     ({"ratio": 1.0}, "ratio must be a finite number > 1"),
+    ({"power": 0.0}, "power must be a finite number > 0, got 0.0"),
+    ({"power": float("nan")}, "power must be a finite number > 0, got nan"),
     ({"probes": "dynamic"}, "probes must be 'static' or 'schedule', got 'dynamic'"),
     # The window (the last quarter of the first half) lies before the switch to uniform at 1/2.
     ({"probes": "schedule"}, r"probes='schedule' fits the losses after the switch to uniform at "
