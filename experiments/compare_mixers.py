@@ -42,7 +42,10 @@ windows of every source):
   --fit-proxy``), ``proxy_early`` (the mixture of the elasticities fitted on them,
   :data:`PROXY_ELASTICITY`, for the first half, then uniform) and ``proxy_then_elastic`` (the same
   first half, then the elastic mixer); ``proxy_half_early`` (the fit on the probes' first half
-  only, :data:`PROXY_HALF_ELASTICITY`: half the probes' cost).
+  only, :data:`PROXY_HALF_ELASTICITY`: half the probes' cost); ``proxy_scaled_early`` (the 0.13M
+  and 0.85M fits read at the target's size, :data:`SCALED_FITS`) and its mixture sharpened for
+  larger targets, ``proxy_scaled_p15_early`` and ``proxy_scaled_p2_early`` (proportional to
+  ``max(b, 0.02) ** 1.5`` and ``** 2``: :data:`SHARPEN`).
 
 Hyper-parameters: each tunable arm had the same budget of three settings (:data:`TUNING`, the first
 one is the package default), tried at seed ``TUNING_SEED`` (never one of the reported seeds) and
@@ -77,7 +80,9 @@ runs): proxy_early 1.967 (19.3%), proxy_then_elastic 1.968 (19.6%); at 4 x 128 p
 gives 1.962 and 19.2%), 1.597 at 4 x 128 (19.5%, seeds 0-8), 1.503 at 6 x 192 (16.9%), 1.489 at
 8 x 256 (16.4%, seeds 0-2); proxy_quarter_early 1.970 (15.6%, seeds 0-8), 1.619 at 4 x 128 (14.4%);
 proxy_half_4x128_early 1.595 (20.6%) at 4 x 128 (seeds 0-8), 1.503 at 6 x 192 (17.4%); proxy_scaled_early
-1.496 at 6 x 192 (17.8%), 1.486 at 8 x 256 (17.7%).
+1.496 at 6 x 192 (17.8%), 1.486 at 8 x 256 (17.7%); at 6 x 192 on another CPU (uniform 1.557)
+proxy_scaled_p15_early 1.490 (19.8%; 1.488 and 19.5% on seeds 3-5), proxy_scaled_p2_early 1.492
+(19.3%, seeds 0-1).
 """
 
 from collections.abc import Sequence
