@@ -12,10 +12,11 @@ in half of them), with the static strategy on the full simplex and the model as 
 (``train.stop_step``: its learning-rate schedule still that of the whole run). The command then
 fits each source's data elasticity on the probes' training losses over the last ``--late`` of the
 steps they ran and writes ``<workdir>/proxy_fit.json``: the elasticities, their R^2, the mixture
-``elasticity_mixture(b, --lam, power=--power)`` and ``--hold``. A probe already finished is reused and one
-interrupted resumes, so the command can simply be run again. The defaults (``--stop 0.5 --late
-0.25``) are the recipe measured best: the first half of each probe, fitted on its last quarter,
-as good as whole probes fitted on their last 10% (``--stop 1 --late 0.1``) at half the cost.
+``elasticity_mixture(b, --lam, power=--power)`` and ``--hold``. A probe already finished is
+reused and one interrupted resumes, so the command can simply be run again. The defaults
+(``--stop 0.5 --late 0.25``) are the recipe measured best: the first half of each probe, fitted
+on its last quarter, as good as whole probes fitted on their last 10% (``--stop 1 --late 0.1``)
+at half the cost.
 ``--probes=schedule`` runs each probe as the target runs (its mixture for the first ``--hold``,
 uniform after) and fits the losses after the switch (``--stop 1 --late 0.25``).
 
@@ -249,7 +250,8 @@ def run() -> None:
   flags.DEFINE_float("ratio", 4.0, "a high source's share over a low one's in each probe")
   flags.DEFINE_float("lam", 1.0, "the fitted mixture's weight; 1 - lam stays uniform")
   flags.DEFINE_float("power", 1.0, "the mixture proportional to max(b, 0.02) ** power: > 1 "
-                     "sharpens it toward the high-b sources (bench/RESULTS.md, 'A sharper mixture')")
+                     "sharpens it toward the high-b sources (bench/RESULTS.md, 'A sharper "
+                     "mixture')")
   flags.DEFINE_float("hold", 0.5, "fraction of the target run under the mixture, uniform after")
   flags.DEFINE_float("stop", 0.5, "fraction of train.num_steps each probe runs (train.stop_step: "
                      "the learning-rate schedule still the whole run's)")
