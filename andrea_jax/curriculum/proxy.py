@@ -25,8 +25,8 @@ values most sources' rows more than a 0.13M one does (the prose, ``dictionary`` 
 ``repo-docstrings`` most), but reading the fits at the target's size moved the schedule's gain by
 about a point of the steps, within the seeds' spread (``bench/RESULTS.md``, "A proxy nearer the
 target's size"). Sharpening the mixture for a larger target (``elasticity_mixture(b,
-power=1.5)``) took a 2.76M model from 17.8% to 19.6% fewer steps to the uniform mixture's final
-loss (six seeds; "A sharper mixture").
+power=1.5)``) took a 2.76M model from 17.8% to 19.8% fewer steps to the uniform mixture's final
+loss on seeds 0-2, and gave 19.5% on fresh seeds ("A sharper mixture").
 
 Everything here is numpy and config: the probes and the run are ordinary training runs
 (``python -m andrea_jax.fit_proxy`` runs the probes, at half length by default, and writes the
