@@ -131,6 +131,12 @@ def test_elasticity_mixture_by_hand():
   np.testing.assert_allclose(
       proxy.elasticity_mixture([0.3, 0.1, -1.0], lam=1.0, floor=0.1, power=2.0),
       [9 / 11, 1 / 11, 1 / 11])
+  # A large power neither underflows to 0/0 (0.03^400 and 0.02^400 are below the smallest
+  # double) nor overflows (30^400): the larger b takes all but (2/3)^400 or (1/3)^400 of it.
+  np.testing.assert_allclose(proxy.elasticity_mixture([0.03, 0.02], power=400.0), [1, 0],
+                             atol=1e-12)
+  np.testing.assert_allclose(proxy.elasticity_mixture([30.0, 10.0], power=400.0), [1, 0],
+                             atol=1e-12)
   root = np.sqrt([0.3, 0.1, 0.1])
   np.testing.assert_allclose(
       proxy.elasticity_mixture([0.3, 0.1, -1.0], lam=0.5, floor=0.1, power=0.5),
