@@ -45,7 +45,8 @@ windows of every source):
   only, :data:`PROXY_HALF_ELASTICITY`: half the probes' cost); ``proxy_scaled_early`` (the 0.13M
   and 0.85M fits read at the target's size, :data:`SCALED_FITS`) and its mixture sharpened for
   larger targets, ``proxy_scaled_p15_early`` and ``proxy_scaled_p2_early`` (proportional to
-  ``max(b, 0.02) ** 1.5`` and ``** 2``: :data:`SHARPEN`).
+  ``max(b, 0.02) ** 1.5`` and ``** 2``: :data:`SHARPEN`); ``proxy_half_p15_early`` (the 0.13M
+  half-length fit alone at power 1.5: is the second size needed?).
 
 Hyper-parameters: each tunable arm had the same budget of three settings (:data:`TUNING`, the first
 one is the package default), tried at seed ``TUNING_SEED`` (never one of the reported seeds) and
@@ -197,6 +198,11 @@ ARMS = {
     # proportional to b ** 1.5 and b ** 2 (SHARPEN), the same schedule. Fixed before its runs.
     "proxy_scaled_p15_early": ("static", "proxy_scaled_p15_early"),
     "proxy_scaled_p2_early": ("static", "proxy_scaled_p2_early"),
+    # Power 1.5 took 2.76M from 17.8% to 19.6% with fits at two sizes; the 0.85M probes cost 3.1
+    # runs of that target. The same power on the 0.13M half-length fit alone (a sixth of the
+    # probes' cost in parameters x tokens), the same schedule: is the second size needed? At the
+    # 2 x 64 size it is proxy_scaled_p15_early itself. Fixed before its runs.
+    "proxy_half_p15_early": ("static", "proxy_half_p15_early"),
 }
 
 # The designed probes of andrea_jax.curriculum.proxy: 20 static mixtures over the 16 sources, each
@@ -294,7 +300,8 @@ PROXY_FITS = {"proxy_early": PROXY_ELASTICITY, "proxy_half_early": PROXY_HALF_EL
               "proxy_quarter_early": PROXY_QUARTER_ELASTICITY,
               "proxy_schedule_early": PROXY_SCHEDULE_ELASTICITY,
               "proxy_schedule_short_early": PROXY_SCHEDULE_SHORT_ELASTICITY,
-              "proxy_half_4x128_early": PROXY_HALF_4X128_ELASTICITY}
+              "proxy_half_4x128_early": PROXY_HALF_4X128_ELASTICITY,
+              "proxy_half_p15_early": PROXY_HALF_ELASTICITY}
 # Fits at two proxy sizes read at the target's: per source, b as a line in ln(parameters) through
 # the 2 x 64 and 4 x 128 half-length fits (proxy.scale_elasticity), at the parameter count of the
 # model the arm trains (bench/compare_mixers.py --layers/--d-model included: fit_to_model), the
@@ -304,7 +311,8 @@ SCALED_FITS = {"proxy_scaled_early": _TWO_SIZES, "proxy_scaled_p15_early": _TWO_
                "proxy_scaled_p2_early": _TWO_SIZES}
 # The power of proxy.elasticity_mixture per proxy kind (1 where absent): the mixture proportional
 # to max(b, floor) ** power.
-SHARPEN = {"proxy_scaled_p15_early": 1.5, "proxy_scaled_p2_early": 2.0}
+SHARPEN = {"proxy_scaled_p15_early": 1.5, "proxy_scaled_p2_early": 2.0,
+           "proxy_half_p15_early": 1.5}
 
 FITTED_MIXTURE = fitted_mixture("fitted")
 REFITTED_MIXTURE = fitted_mixture("refitted")
@@ -347,8 +355,9 @@ def geometries(kind: str, num_steps: int = NUM_STEPS,
   ``"proxy_schedule_early"`` and ``"proxy_schedule_short_early"``: the same with
   :data:`PROXY_HALF_ELASTICITY`, :data:`PROXY_QUARTER_ELASTICITY`,
   :data:`PROXY_SCHEDULE_ELASTICITY`, :data:`PROXY_SCHEDULE_SHORT_ELASTICITY` and
-  :data:`PROXY_HALF_4X128_ELASTICITY`; one of :data:`SCALED_FITS`: the same with the fits read at
-  ``num_params`` (the target model's parameter count, required), sharpened by :data:`SHARPEN`."""
+  :data:`PROXY_HALF_4X128_ELASTICITY` (``"proxy_half_p15_early"``: the half-length fit sharpened);
+  one of :data:`SCALED_FITS`: the same with the fits read at ``num_params`` (the target model's
+  parameter count, required); each sharpened by :data:`SHARPEN` where it is listed."""
   if kind == "andrea":
     return andrea_geometries(num_steps, scale=num_steps / 200_000)
   g = ml_collections.ConfigDict()

@@ -474,6 +474,12 @@ def test_the_scaled_proxy_reads_both_fits_at_the_target_models_size(tmp_path):
     c.model.update(num_layers=4, num_heads=4, d_model=128, d_mlp=512)
     np.testing.assert_allclose(first_half(exp.fit_to_model(c, arm)),
                                mixture(large, power), atol=1e-6)
+  # The single-size fit sharpened: the 0.13M half-length fit at power 1.5 at every target size.
+  c = exp.arm_config("proxy_half_p15_early", num_steps=200)
+  np.testing.assert_allclose(first_half(c), mixture(small, 1.5), atol=1e-6)
+  c.model.update(num_layers=6, num_heads=6, d_model=192, d_mlp=768)
+  np.testing.assert_allclose(first_half(exp.fit_to_model(c, "proxy_half_p15_early")),
+                             mixture(small, 1.5), atol=1e-6)
 
 
 def test_model_size_flags_reach_every_run(tmp_path):
