@@ -105,9 +105,18 @@ def _changed(old, new, path: str = "") -> list[str]:
   return out
 
 
+def model_params(config: ml_collections.ConfigDict) -> int:
+  """The parameter count of ``config``'s model (the padded embedding rows included), from shapes
+  alone (nothing is initialised)."""
+  import jax
+  from andrea_jax import model, runconfig
+  shapes = jax.eval_shape(model.init_params, runconfig.model_config(config), jax.random.key(0))
+  return model.count_params(shapes)
+
+
 def fit(config: ml_collections.ConfigDict, workdir: str, *, ratio: float = 4.0, lam: float = 1.0,
         hold: float = 0.5, stop: float = 0.5, late: float = 0.25, probes: str = "static",
-        power: float = 1.0, config_file: str | None = None,
+        power: float = 1.5, config_file: str | None = None,
         runner: Callable | None = None) -> dict:
   """Runs (or reuses) the probes of ``config`` under ``workdir`` and writes the fit.
 
@@ -120,7 +129,8 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *, ratio: float = 4.0, 
   ``proxy.elasticity_mixture(b, lam, power=power)``.
   Returns (and writes to ``<workdir>/proxy_fit.json``) ``{"sources", "b", "r2", "intercept",
   "mixture", "lam", "power", "hold", "ratio", "num_steps", "probe_steps", "stop", "late", "probes",
-  "probe_mixtures", "late_losses", "config_file"}``. ``runner(config, workdir)`` trains one probe
+  "probe_mixtures", "late_losses", "config_file", "num_params"}`` (``num_params``: the probes'
+  model's, for reading fits at two sizes at a target's: ``experiments/proxy.py``). ``runner(config, workdir)`` trains one probe
   (default :func:`andrea_jax.train.train_and_evaluate`).
   """
   from andrea_jax import runconfig
@@ -201,7 +211,7 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *, ratio: float = 4.0, 
          "hold": hold, "ratio": ratio, "num_steps": num_steps, "probe_steps": probe_steps,
          "stop": stop, "late": late, "probes": probes,
          "probe_mixtures": mixtures.tolist(), "late_losses": np.array(losses).tolist(),
-         "config_file": config_file}
+         "config_file": config_file, "num_params": model_params(config)}
   os.makedirs(workdir, exist_ok=True)
   with open(os.path.join(workdir, FIT_FILE), "w") as f:
     json.dump(out, f, indent=1)
@@ -249,9 +259,9 @@ def run() -> None:
   flags.DEFINE_string("workdir", None, "directory for the probes and proxy_fit.json")
   flags.DEFINE_float("ratio", 4.0, "a high source's share over a low one's in each probe")
   flags.DEFINE_float("lam", 1.0, "the fitted mixture's weight; 1 - lam stays uniform")
-  flags.DEFINE_float("power", 1.0, "the mixture proportional to max(b, 0.02) ** power: > 1 "
-                     "sharpens it toward the high-b sources (bench/RESULTS.md, 'A sharper "
-                     "mixture')")
+  flags.DEFINE_float("power", 1.5, "the mixture proportional to max(b, 0.02) ** power: > 1 "
+                     "sharpens it toward the high-b sources, 1 is the plain fit "
+                     "(bench/RESULTS.md, 'A sharper mixture')")
   flags.DEFINE_float("hold", 0.5, "fraction of the target run under the mixture, uniform after")
   flags.DEFINE_float("stop", 0.5, "fraction of train.num_steps each probe runs (train.stop_step: "
                      "the learning-rate schedule still the whole run's)")

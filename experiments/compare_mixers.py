@@ -462,10 +462,8 @@ def arm_config(arm: str, *, num_steps: int = NUM_STEPS, settings: dict | None = 
 
 def model_params(c: ml_collections.ConfigDict) -> int:
   """The parameter count of ``c``'s model (the padded embedding rows included)."""
-  import jax
-  from andrea_jax import model, runconfig
-  shapes = jax.eval_shape(model.init_params, runconfig.model_config(c), jax.random.key(0))
-  return model.count_params(shapes)
+  from andrea_jax import fit_proxy
+  return fit_proxy.model_params(c)
 
 
 def fit_to_model(c: ml_collections.ConfigDict, arm: str) -> ml_collections.ConfigDict:

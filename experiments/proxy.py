@@ -11,8 +11,17 @@ own model), with the static strategy holding the fitted mixture on the full simp
 the switch to uniform is ``curriculum.geometries.uniform.start_step`` (set from the config
 file's ``train.num_steps``), each fitted weight ``curriculum.geometries.proxy.mixture.<source>``.
 
-Expect: on the built-in corpus, the uniform mixture's final held-out loss reached in 16-19.5% fewer
-steps than under the uniform mixture (``bench/RESULTS.md``, "A designed proxy").
+Fits of the same config at two or more proxy sizes, comma-separated
+(``experiments/proxy.py:runs/proxy_2x64,runs/proxy_4x128``), are read at the config file's model
+size: per source, ``b`` as a line in the log of the parameter count through the fits
+(``proxy.scale_elasticity``), then the fits' shared ``lam`` and ``power``. The size is the config
+file's model: ``--config.model.*`` overrides of the run come after the mixture is made.
+
+Expect, on the built-in corpus (``bench/RESULTS.md``, "A designed proxy", "A sharper mixture"),
+the uniform mixture's final held-out loss reached in fewer steps than under the uniform mixture:
+with ``--power 1.5`` (the default), 23.4% when the probes are the target's own size (0.13M, nine
+seeds), 22.1% at 0.85M with probes of its size (six seeds) and 19.6% at 2.76M from fits at 0.13M
+and 0.85M read at its size; 17-20% from a 0.13M fit alone at 0.85-2.76M.
 """
 
 import importlib.util
@@ -35,24 +44,55 @@ def load_config_file(spec: str):
   return module.get_config(arg) if arg else module.get_config()
 
 
-def get_config(fit_dir: str | None = None):
-  """The recorded config file's run under the fitted schedule of ``<fit_dir>/proxy_fit.json``."""
-  if not fit_dir:
-    raise ValueError("experiments/proxy.py needs the fit's directory: "
-                     "--config=experiments/proxy.py:runs/proxy")
+def _read_fit(fit_dir: str) -> dict:
   path = os.path.join(fit_dir, FIT_FILE)
   if not os.path.exists(path):
     raise ValueError(f"{path} does not exist: run python -m andrea_jax.fit_proxy "
                      f"--workdir={fit_dir} first")
   with open(path) as f:
     fit = json.load(f)
+  fit["path"] = path
   if not fit.get("config_file"):
     raise ValueError(f"{path} records no config file to train")
-  c = load_config_file(fit["config_file"])
+  return fit
+
+
+def _scaled_mixture(fits: list[dict], target_params: int) -> list[float]:
+  """The fits' elasticities read at ``target_params`` (:func:`proxy.scale_elasticity`), then their
+  shared ``lam`` and ``power`` (:func:`proxy.elasticity_mixture`)."""
+  first = fits[0]
+  for fit in fits:
+    if "num_params" not in fit or "b" not in fit:
+      raise ValueError(f"{fit['path']} records no {'num_params' if 'b' in fit else 'b'}: fit it "
+                       "again with this version of python -m andrea_jax.fit_proxy (its probes "
+                       "are reused)")
+    for field in ("sources", "config_file", "lam", "power", "hold", "num_steps"):
+      if fit.get(field) != first.get(field):
+        raise ValueError(f"the fits disagree on {field}: {first.get(field)!r} in "
+                         f"{first['path']}, {fit.get(field)!r} in {fit['path']}")
+  b = proxy.scale_elasticity([f["num_params"] for f in fits], [f["b"] for f in fits],
+                             target_params)
+  return proxy.elasticity_mixture(b, lam=first["lam"], power=first["power"]).tolist()
+
+
+def get_config(fit_dirs: str | None = None):
+  """The recorded config file's run under the fitted schedule of ``<fit_dir>/proxy_fit.json``;
+  given several fit directories (``runs/proxy_small,runs/proxy_large``: fits of the same config
+  at two or more proxy sizes), under the mixture of their elasticities read at the config file's
+  model size."""
+  if not fit_dirs:
+    raise ValueError("experiments/proxy.py needs the fit's directory: "
+                     "--config=experiments/proxy.py:runs/proxy")
+  fits = [_read_fit(d) for d in fit_dirs.split(",")]
+  c = load_config_file(fits[0]["config_file"])
+  mixture = fits[0]["mixture"]
+  if len(fits) > 1:
+    from andrea_jax.fit_proxy import model_params
+    mixture = _scaled_mixture(fits, model_params(c))
   c.curriculum.strategy = "static"
   # "Then uniform": the second part holds static_mixture, whatever the config file set it to.
   for k in c.curriculum.static_mixture:
     c.curriculum.static_mixture[k] = 1.0
-  c.curriculum.geometries = proxy.proxy_schedule(fit["mixture"], int(c.train.num_steps),
-                                                 hold=fit["hold"], sources=fit["sources"])
+  c.curriculum.geometries = proxy.proxy_schedule(mixture, int(c.train.num_steps),
+                                                 hold=fits[0]["hold"], sources=fits[0]["sources"])
   return c

@@ -56,8 +56,12 @@ def test_fit_recovers_the_elasticities_and_reuses_finished_probes(tmp_path):
   assert stops == [half] * 20 and (out["probe_steps"], out["stop"], out["late"]) == (half, 0.5, 0.25)
   np.testing.assert_allclose(out["b"], B, atol=2e-6)   # the mixture passes through float32
   w = np.maximum(B, 0.02)
-  np.testing.assert_allclose(out["mixture"], w / w.sum(), atol=1e-6)
+  # The default power is 1.5: the mixture proportional to max(b, 0.02) ** 1.5.
+  np.testing.assert_allclose(out["mixture"], w ** 1.5 / (w ** 1.5).sum(), atol=1e-6)
   assert out["hold"] == 0.5 and out["sources"] == list(SOURCES)
+  # The probes' model by hand: 384 padded byte rows and 128 positions of d = 128, 4 layers of
+  # 12 d^2 + 13 d (attention, MLP of 4 d, two layer norms, biases), the final layer norm.
+  assert out["num_params"] == 384 * 128 + 128 * 128 + 4 * (12 * 128 ** 2 + 13 * 128) + 2 * 128
   with open(tmp_path / "proxy_fit.json") as f:
     assert json.load(f)["config_file"] == "experiments/tiny.py"
 
@@ -65,11 +69,15 @@ def test_fit_recovers_the_elasticities_and_reuses_finished_probes(tmp_path):
     raise AssertionError(f"retrained {workdir}")
   again = fit_proxy.fit(config, str(tmp_path), lam=0.5, config_file="experiments/tiny.py",
                         runner=refuse)
-  np.testing.assert_allclose(again["mixture"], 0.5 * w / w.sum() + 0.5 / 16, atol=1e-6)
+  np.testing.assert_allclose(again["mixture"], 0.5 * w ** 1.5 / (w ** 1.5).sum() + 0.5 / 16,
+                             atol=1e-6)
   sharp = fit_proxy.fit(config, str(tmp_path), power=2.0, config_file="experiments/tiny.py",
                         runner=refuse)
   np.testing.assert_allclose(sharp["mixture"], w ** 2 / (w ** 2).sum(), atol=1e-6)
-  assert sharp["power"] == 2.0 and out["power"] == 1.0
+  plain = fit_proxy.fit(config, str(tmp_path), power=1.0, config_file="experiments/tiny.py",
+                        runner=refuse)
+  np.testing.assert_allclose(plain["mixture"], w / w.sum(), atol=1e-6)
+  assert (sharp["power"], out["power"], plain["power"]) == (2.0, 1.5, 1.0)
 
 
 def test_a_probe_holds_its_mixture_on_the_full_simplex_with_the_static_strategy():
@@ -98,6 +106,48 @@ def test_the_target_run_trains_the_recorded_config_under_the_schedule(tmp_path, 
   w_NxS = simulate.simulate(spec, jax.random.key(0), 400).weights
   np.testing.assert_allclose(w_NxS[:250], np.broadcast_to(mixture, (250, 16)), atol=1e-6)
   np.testing.assert_allclose(w_NxS[250:], 1 / 16, atol=1e-6)
+
+
+def _write_fit(fit_dir, **fields):
+  fit_dir.mkdir(parents=True, exist_ok=True)
+  record = {"sources": list(SOURCES), "mixture": [1 / 16] * 16, "hold": 0.5, "lam": 1.0,
+            "power": 1.5, "num_steps": 1000, "config_file": "experiments/tiny.py:v2_firehose"}
+  record.update(fields)
+  with open(fit_dir / "proxy_fit.json", "w") as f:
+    json.dump(record, f)
+  return str(fit_dir)
+
+
+def test_fits_at_two_sizes_are_read_at_the_targets_size(tmp_path, monkeypatch):
+  """Two fits of the same config at 1e5 and 1e6 parameters: the target run's first part holds
+  their elasticities interpolated in ln(parameters) at the config file's model (858,880
+  parameters, counted by hand in the test above), then ``max(b, 0.02) ** 1.5`` normalised."""
+  monkeypatch.chdir(ROOT)
+  b_small, b_large = np.linspace(0.01, 0.3, 16), np.linspace(0.4, 0.1, 16)
+  small = _write_fit(tmp_path / "small", b=b_small.tolist(), num_params=100_000)
+  large = _write_fit(tmp_path / "large", b=b_large.tolist(), num_params=1_000_000)
+  target = 384 * 128 + 128 * 128 + 4 * (12 * 128 ** 2 + 13 * 128) + 2 * 128
+  t = math.log10(target / 100_000)                   # the fraction of the way from 1e5 to 1e6
+  w = np.maximum(b_small + t * (b_large - b_small), 0.02) ** 1.5
+  for dirs in (f"{small},{large}", f"{large},{small}"):
+    c = _experiment("proxy").get_config(dirs)
+    w_NxS = simulate.simulate(runconfig.build(c).curriculum_spec, jax.random.key(0), 600).weights
+    np.testing.assert_allclose(w_NxS[:500], np.broadcast_to(w / w.sum(), (500, 16)), atol=1e-6)
+    np.testing.assert_allclose(w_NxS[500:], 1 / 16, atol=1e-6)
+  # What cannot be read together is refused, naming the field, both values and a file.
+  old = _write_fit(tmp_path / "old", b=b_large.tolist())
+  with pytest.raises(ValueError, match=r"old/proxy_fit.json records no num_params"):
+    _experiment("proxy").get_config(f"{small},{old}")
+  for field, value in (("power", 1.0), ("lam", 0.5), ("hold", 0.25), ("num_steps", 400),
+                       ("config_file", "experiments/tiny.py")):
+    other = _write_fit(tmp_path / field, b=b_large.tolist(), num_params=1_000_000,
+                       **{field: value})
+    with pytest.raises(ValueError, match=rf"the fits disagree on {field}: .* in .*small.*, "
+                                         rf"{value!r} in .*{field}/proxy_fit.json"):
+      _experiment("proxy").get_config(f"{small},{other}")
+  same = _write_fit(tmp_path / "same", b=b_large.tolist(), num_params=100_000)
+  with pytest.raises(ValueError, match="num_params must be distinct"):
+    _experiment("proxy").get_config(f"{small},{same}")
 
 
 def test_the_target_run_names_what_is_missing(tmp_path):
