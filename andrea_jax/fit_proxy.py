@@ -95,8 +95,11 @@ def late_losses(metrics_path: str, sources: Sequence[str], num_steps: int,
 
 
 def _changed(old, new, path: str = "") -> list[str]:
-  """The dotted paths at which two JSON configs differ (a field on one side only included)."""
+  """The dotted paths at which two JSON configs differ (a field on one side only included; floats
+  equal to 1e-12 relative, as a mixture recomputed by algebraically equal code may not be)."""
   if not (isinstance(old, dict) and isinstance(new, dict)):
+    if isinstance(old, float) and isinstance(new, float):
+      return [] if math.isclose(old, new, rel_tol=1e-12) else [path or "the config"]
     return [] if old == new else [path or "the config"]
   out = []
   for key in sorted(set(old) | set(new), key=str):

@@ -113,7 +113,9 @@ class RunInterrupted(Exception):
 
 
 def config_diff(old, new, prefix: str = "") -> list[str]:
-  """The dotted paths at which two JSON-like configs differ (floats compared exactly).
+  """The dotted paths at which two JSON-like configs differ (floats equal to 1e-12 relative: a
+  computed mixture that an algebraically equal change of code moves in its last bit is the same
+  run; the trainer holds mixtures in float32).
 
   Elsewhere only the fields both have are compared (a field added to the config since ``old`` was
   written did not exist for that run), but under ``curriculum.geometries`` a name or field on one
@@ -130,6 +132,8 @@ def config_diff(old, new, prefix: str = "") -> list[str]:
       else:
         out += config_diff(old[key], new[key], path)
     return out
+  if isinstance(old, float) and isinstance(new, float) and math.isclose(old, new, rel_tol=1e-12):
+    return []
   return [] if old == new else [prefix or "(root)"]
 
 

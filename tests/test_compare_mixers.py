@@ -385,6 +385,10 @@ def test_a_finished_run_is_reused_only_under_the_same_config(tmp_path):
       "curriculum.geometries.fitted", "curriculum.geometries.part0"]
   assert bench.config_diff(old, {"curriculum": {"geometries": {"fitted": {
       "start_step": 0, "mixture": {"chat": 3.0}}}}}) == ["curriculum.geometries.fitted.mixture"]
+  # A float moved in its last bits by an equal computation is the same; one moved by 1e-9 is not.
+  assert 0.1 + 0.2 != 0.3
+  assert bench.config_diff({"w": 0.1 + 0.2, "n": 1}, {"w": 0.3, "n": 1}) == []
+  assert bench.config_diff({"w": 0.3}, {"w": 0.3 + 1e-9}) == ["w"]
 
 
 def test_fit_elasticity_command_prints_the_fit_and_the_within_run_agreement(tmp_path, capsys):

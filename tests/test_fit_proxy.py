@@ -352,6 +352,12 @@ def test_then_uniform_is_uniform_whatever_the_config_files_static_mixture(tmp_pa
   np.testing.assert_allclose(w_NxS[500:], 1 / 16, atol=1e-6)
 
 
+def test_probe_configs_compare_floats_to_their_last_bits_only():
+  assert fit_proxy._changed({"a": {"w": 0.1 + 0.2}}, {"a": {"w": 0.3}}) == []
+  assert fit_proxy._changed({"a": {"w": 0.3}}, {"a": {"w": 0.3 + 1e-9}}) == ["a.w"]
+  assert fit_proxy._changed({"a": 1}, {"a": 1, "b": 2}) == ["b"]
+
+
 def test_an_interrupted_probe_of_another_config_is_not_resumed(tmp_path):
   config = _experiment("tiny").get_config()
   (tmp_path / "probe_00").mkdir()
