@@ -24,10 +24,11 @@ per source, a line in the log of the parameter count). On the built-in corpus a 
 values most sources' rows more than a 0.13M one does (the prose, ``dictionary`` and
 ``repo-docstrings`` most), but reading the fits at the target's size moved the schedule's gain by
 about a point of the steps, within the seeds' spread (``bench/RESULTS.md``, "A proxy nearer the
-target's size"). Sharpening that mixture for a larger target (``elasticity_mixture(b,
-power=1.5)``) gave a 2.76M model 19.8% fewer steps to the uniform mixture's final loss on seeds
-0-2 and 19.5% on fresh seeds, against 17.8% unsharpened: a lean within the seeds' spread ("A
-sharper mixture").
+target's size"). Sharpening the mixture (``elasticity_mixture(b, power=1.5)``) with the fit
+made at the target's size took the uniform mixture's final loss from 19.4% to 23.4% fewer steps
+at 0.13M (nine seeds) and from 20.6% to 22.0% at 0.85M (three; 22.9% over six), and gave a 2.76M
+model 19.6% from fits at two sizes read at its size (17.8% unsharpened, unpaired); the 0.13M fit
+alone, sharpened, gave 20.2% at 0.85M and 17.4% at 2.76M ("Power 1.5 at every size").
 
 Everything here is numpy and config: the probes and the run are ordinary training runs
 (``python -m andrea_jax.fit_proxy`` runs the probes, at half length by default, and writes the
