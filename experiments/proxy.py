@@ -11,7 +11,8 @@ own model), with the static strategy holding the fitted mixture on the full simp
 the switch to uniform is ``curriculum.geometries.uniform.start_step`` (set from the config
 file's ``train.num_steps``), each fitted weight ``curriculum.geometries.proxy.mixture.<source>``.
 
-Fits of the same config at two or more proxy sizes, comma-separated
+Fits of the same config and recipe (probes, stop, late, ratio, lam, power, hold) at two or more
+proxy sizes, comma-separated
 (``experiments/proxy.py:runs/proxy_2x64,runs/proxy_4x128``), are read at the config file's model
 size: per source, ``b`` as a line in the log of the parameter count through the fits
 (``proxy.scale_elasticity``), then the fits' shared ``lam`` and ``power``. The size is the config
@@ -66,10 +67,18 @@ def _scaled_mixture(fits: list[dict], target_params: int) -> list[float]:
       raise ValueError(f"{fit['path']} records no {'num_params' if 'b' in fit else 'b'}: fit it "
                        "again with this version of python -m andrea_jax.fit_proxy (its probes "
                        "are reused)")
-    for field in ("sources", "config_file", "lam", "power", "hold", "num_steps"):
+    # The fields that make b mean the same thing (the probes' design, length and window) and the
+    # mixture the same schedule.
+    for field in ("sources", "config_file", "lam", "power", "hold", "num_steps", "probes", "stop",
+                  "late", "ratio"):
       if fit.get(field) != first.get(field):
         raise ValueError(f"the fits disagree on {field}: {first.get(field)!r} in "
                          f"{first['path']}, {fit.get(field)!r} in {fit['path']}")
+  for k, fit in enumerate(fits):
+    for other in fits[:k]:
+      if fit["num_params"] == other["num_params"]:
+        raise ValueError(f"{other['path']} and {fit['path']} are fits of the same size "
+                         f"(num_params {fit['num_params']}): a size line needs distinct sizes")
   b = proxy.scale_elasticity([f["num_params"] for f in fits], [f["b"] for f in fits],
                              target_params)
   return proxy.elasticity_mixture(b, lam=first["lam"], power=first["power"]).tolist()
@@ -83,7 +92,10 @@ def get_config(fit_dirs: str | None = None):
   if not fit_dirs:
     raise ValueError("experiments/proxy.py needs the fit's directory: "
                      "--config=experiments/proxy.py:runs/proxy")
-  fits = [_read_fit(d) for d in fit_dirs.split(",")]
+  dirs = fit_dirs.split(",")
+  if not all(dirs):
+    raise ValueError(f"experiments/proxy.py:{fit_dirs}: an empty fit directory in the list")
+  fits = [_read_fit(d) for d in dirs]
   c = load_config_file(fits[0]["config_file"])
   mixture = fits[0]["mixture"]
   if len(fits) > 1:

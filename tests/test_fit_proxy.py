@@ -111,7 +111,8 @@ def test_the_target_run_trains_the_recorded_config_under_the_schedule(tmp_path, 
 def _write_fit(fit_dir, **fields):
   fit_dir.mkdir(parents=True, exist_ok=True)
   record = {"sources": list(SOURCES), "mixture": [1 / 16] * 16, "hold": 0.5, "lam": 1.0,
-            "power": 1.5, "num_steps": 1000, "config_file": "experiments/tiny.py:v2_firehose"}
+            "power": 1.5, "num_steps": 1000, "config_file": "experiments/tiny.py:v2_firehose",
+            "probes": "static", "stop": 0.5, "late": 0.25, "ratio": 4.0}
   record.update(fields)
   with open(fit_dir / "proxy_fit.json", "w") as f:
     json.dump(record, f)
@@ -139,15 +140,25 @@ def test_fits_at_two_sizes_are_read_at_the_targets_size(tmp_path, monkeypatch):
   with pytest.raises(ValueError, match=r"old/proxy_fit.json records no num_params"):
     _experiment("proxy").get_config(f"{small},{old}")
   for field, value in (("power", 1.0), ("lam", 0.5), ("hold", 0.25), ("num_steps", 400),
-                       ("config_file", "experiments/tiny.py")):
+                       ("config_file", "experiments/tiny.py"), ("probes", "schedule"),
+                       ("stop", 1.0), ("late", 0.1), ("ratio", 2.0)):
     other = _write_fit(tmp_path / field, b=b_large.tolist(), num_params=1_000_000,
                        **{field: value})
     with pytest.raises(ValueError, match=rf"the fits disagree on {field}: .* in .*small.*, "
                                          rf"{value!r} in .*{field}/proxy_fit.json"):
       _experiment("proxy").get_config(f"{small},{other}")
   same = _write_fit(tmp_path / "same", b=b_large.tolist(), num_params=100_000)
-  with pytest.raises(ValueError, match="num_params must be distinct"):
+  with pytest.raises(ValueError, match=r"small/proxy_fit.json and .*same/proxy_fit.json are fits "
+                                       r"of the same size \(num_params 100000\)"):
     _experiment("proxy").get_config(f"{small},{same}")
+  with pytest.raises(ValueError, match="an empty fit directory"):
+    _experiment("proxy").get_config(f"{small},{large},")
+  # lam is the fits' own: half the sharpened mixture, half uniform.
+  half = [_write_fit(tmp_path / f"half_{n}", b=b.tolist(), num_params=n, lam=0.5)
+          for b, n in ((b_small, 100_000), (b_large, 1_000_000))]
+  c = _experiment("proxy").get_config(",".join(half))
+  w_NxS = simulate.simulate(runconfig.build(c).curriculum_spec, jax.random.key(0), 10).weights
+  np.testing.assert_allclose(w_NxS[0], 0.5 * w / w.sum() + 0.5 / 16, atol=1e-6)
 
 
 def test_the_target_run_names_what_is_missing(tmp_path):
