@@ -136,8 +136,9 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *, ratio: float = 4.0, 
   Returns (and writes to ``<workdir>/proxy_fit.json``) ``{"sources", "b", "r2", "intercept",
   "mixture", "lam", "power", "hold", "ratio", "num_steps", "probe_steps", "stop", "late", "probes",
   "probe_mixtures", "late_losses", "config_file", "num_params"}`` (``num_params``: the probes'
-  model's, for reading fits at two sizes at a target's: ``experiments/proxy.py``). ``runner(config, workdir)`` trains one probe
-  (default :func:`andrea_jax.train.train_and_evaluate`).
+  model's, for reading fits at two sizes at a target's: ``experiments/proxy.py``).
+  ``runner(config, workdir)`` trains one probe (default
+  :func:`andrea_jax.train.train_and_evaluate`).
   """
   from andrea_jax import runconfig
   from andrea_jax.curriculum import proxy

@@ -74,11 +74,12 @@ def _scaled_mixture(fits: list[dict], target_params: int) -> list[float]:
       if fit.get(field) != first.get(field):
         raise ValueError(f"the fits disagree on {field}: {first.get(field)!r} in "
                          f"{first['path']}, {fit.get(field)!r} in {fit['path']}")
-  for k, fit in enumerate(fits):
-    for other in fits[:k]:
-      if fit["num_params"] == other["num_params"]:
-        raise ValueError(f"{other['path']} and {fit['path']} are fits of the same size "
-                         f"(num_params {fit['num_params']}): a size line needs distinct sizes")
+  by_size = {}
+  for fit in fits:
+    other = by_size.setdefault(fit["num_params"], fit)
+    if other is not fit:
+      raise ValueError(f"{other['path']} and {fit['path']} are fits of the same size "
+                       f"(num_params {fit['num_params']}): a size line needs distinct sizes")
   b = proxy.scale_elasticity([f["num_params"] for f in fits], [f["b"] for f in fits],
                              target_params)
   return proxy.elasticity_mixture(b, lam=first["lam"], power=first["power"]).tolist()
