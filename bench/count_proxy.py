@@ -1,0 +1,189 @@
+r"""Can a count model stand in for the proxy's probe runs? A screen, on the built-in corpus.
+
+    .venv/bin/python bench/count_proxy.py [--out runs/compare_mixers]
+
+The designed proxy (``python -m andrea_jax.fit_proxy``) fits each source's data elasticity on 20
+probe *training runs*: ten runs' worth of compute at the proxy's size, the recipe's whole cost.
+Here the 20 probe mixtures feed an n-gram count model instead: for each probe, one interpolated
+absolute-discounting model (discount 0.75 at every order, add-1/2 unigram) counts the first
+``round(share_s * tokens)`` training tokens of every source (``tokens``: what a probe of the
+study has seen at the middle of its fitted window, 350 steps of 32 x 64), and each source's loss
+is its mean log-loss on the first 20,000 tokens of its held-out split. The same
+:func:`andrea_jax.curriculum.proxy.fit_elasticity` turns the 20 x 16 losses into elasticities,
+compared with the recorded transformer fits at 0.13M and 0.85M parameters
+(``experiments/compare_mixers.py``: ``PROXY_HALF_ELASTICITY``, ``PROXY_HALF_4X128_ELASTICITY``).
+
+The rule, fixed before any correlation was seen: the count model's order is the one whose mean
+held-out loss under the uniform mixture is nearest the transformer proxy's mean training loss over
+the probes' fitted window (steps 300-399 of ``bench/compare_mixers.py``'s uniform run of seed 0,
+which is that probe: reused from ``<out>/runs/uniform/seed0``, or trained there, about a minute); it would stand in for the probes if its fitted mixture (power 1.5)
+had Pearson r >= 0.9 with the 0.13M fit's. Prints one row per order (1 to ``--max-order``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+  sys.path.insert(0, REPO)
+
+TOKENS = 350 * 32 * 64   # a probe's tokens at the middle of its fitted window (steps 300-399)
+EVAL_TOKENS = 20_000
+
+
+def gram_keys(x: np.ndarray, n: int, base: int) -> np.ndarray:
+  """The ``n``-grams of ``x`` as integers ``sum_i x[t + i] base^(n - 1 - i)``, ``[len(x) - n +
+  1]`` (empty when ``x`` is shorter than ``n``)."""
+  count = len(x) - n + 1
+  key = np.zeros(max(count, 0), np.int64)
+  for i in range(n):
+    key = key * base + x[i:i + count]
+  return key
+
+
+class CountModel:
+  r"""Interpolated absolute-discounting n-gram model over token ids ``[0, vocab)``.
+
+  ``p_1(x) = (c(x) + add) / (N + add V)``; for ``j >= 2``, with ``h`` the ``j - 1`` previous
+  tokens and ``h'`` its last ``j - 2``:
+
+  .. math::
+     p_j(x | h) = \frac{\max(c(h x) - D, 0) + D\, N_{1+}(h \cdot)\, p_{j-1}(x | h')}{c(h)}
+
+  (``p_{j-1}`` where ``h`` was never seen). n-grams are counted inside each segment, never across
+  two (a segment is one source's tokens).
+  """
+
+  def __init__(self, segments: Sequence[np.ndarray], order: int, vocab: int,
+               discount: float = 0.75, add: float = 0.5):
+    if not 1 <= order or vocab ** order >= 2 ** 63:
+      raise ValueError(f"order must be >= 1 with vocab ** order below 2**63, got order {order} "
+                       f"for a vocabulary of {vocab}")
+    self.order, self.vocab, self.discount = order, vocab, discount
+    segments = [np.asarray(s, np.int64) for s in segments]
+    unigram = np.bincount(np.concatenate(segments), minlength=vocab).astype(np.float64)
+    self.unigram = (unigram + add) / (unigram.sum() + add * vocab)
+    self.tables = []
+    for j in range(2, order + 1):
+      grams, counts = np.unique(np.concatenate([gram_keys(s, j, vocab) for s in segments]),
+                                return_counts=True)
+      contexts, first = np.unique(grams // vocab, return_index=True)
+      self.tables.append((grams, counts, contexts, np.add.reduceat(counts, first) if len(first)
+                          else counts, np.diff(np.append(first, len(grams)))))
+
+  def _lookup(self, sorted_keys: np.ndarray, values: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    if not len(sorted_keys):
+      return np.zeros(len(keys), values.dtype)
+    i = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
+    return np.where(sorted_keys[i] == keys, values[i], 0)
+
+  def token_probs(self, x: np.ndarray) -> np.ndarray:
+    """``p(x[t] | x[t - order + 1 : t])`` for ``t = order - 1, ...``: ``[len(x) - order + 1]``."""
+    x = np.asarray(x, np.int64)
+    k = self.order
+    p = self.unigram[x[k - 1:]]
+    for j, (grams, counts, contexts, context_counts, followers) in enumerate(self.tables, 2):
+      keys = gram_keys(x, j, self.vocab)[k - j:]
+      c = self._lookup(grams, counts, keys)
+      ch = self._lookup(contexts, context_counts, keys // self.vocab)
+      nh = self._lookup(contexts, followers, keys // self.vocab)
+      seen = (np.maximum(c - self.discount, 0) + self.discount * nh * p) / np.maximum(ch, 1)
+      p = np.where(ch > 0, seen, p)
+    return p
+
+  def log_loss(self, x: np.ndarray) -> float:
+    """Mean negative log-probability (nats per token) of ``x``'s tokens after its first
+    ``order - 1``."""
+    return float(-np.log(self.token_probs(x)).mean())
+
+
+def probe_losses(train: Sequence[np.ndarray], held_out: Sequence[np.ndarray],
+                 mixture: Sequence[float], tokens: int, order: int, vocab: int) -> np.ndarray:
+  """Each source's held-out loss ``[S]`` under one count model of the first ``round(mixture_s *
+  tokens)`` (at least 1) training tokens of every source."""
+  segments = [t[:max(1, int(round(w * tokens)))] for t, w in zip(train, mixture)]
+  model = CountModel(segments, order, vocab)
+  return np.array([model.log_loss(h) for h in held_out])
+
+
+def proxy_loss_level(run_dir: str, sources: Sequence[str]) -> float:
+  """A uniform run's mean over sources of its training loss over steps 300-399 (the probes' fitted
+  window: ``fit_proxy.late_losses`` with 400 steps and ``late`` 0.25)."""
+  from andrea_jax import fit_proxy
+  return float(fit_proxy.late_losses(os.path.join(run_dir, "metrics.jsonl"), sources, 400,
+                                     0.25).mean())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--out", default="runs/compare_mixers",
+                      help="bench/compare_mixers.py's --out: its uniform run of seed 0 is reused "
+                           "from there, or trained")
+  parser.add_argument("--max-order", type=int, default=6)
+  args = parser.parse_args(argv)
+  if not 1 <= args.max_order <= 7:
+    parser.error(f"--max-order must be in [1, 7] (byte 7-grams fill an int64), got {args.max_order}")
+  spec = importlib.util.spec_from_file_location("compare_mixers_bench",
+                                                os.path.join(REPO, "bench", "compare_mixers.py"))
+  mixers = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mixers)
+  exp = mixers.load_experiment()
+  from andrea_jax import data as data_lib
+  from andrea_jax.curriculum import proxy
+  from andrea_jax.sources import SOURCES
+
+  uniform_run = os.path.join(args.out, "runs", "uniform", "seed0")
+  study = argparse.Namespace(num_steps=exp.NUM_STEPS, quick=False, data_scale=None, layers=None,
+                             d_model=None)
+  mixers.run_arm(mixers._config(exp, "uniform", 0, study), uniform_run)
+  level = proxy_loss_level(uniform_run, SOURCES)
+  cfg = exp.get_config("uniform").data
+  tokenizer = data_lib.load_tokenizer(cfg.tokenizer)
+  data = data_lib.open_training_data(cfg, tokenizer, progress=False)
+  train = [np.concatenate([np.asarray(m, np.int64) for m in data.shards(s, "train")])
+           for s in SOURCES]
+  held = [np.concatenate([np.asarray(m, np.int64) for m in data.shards(s, "eval")])[:EVAL_TOKENS]
+          for s in SOURCES]
+  mixtures = proxy.probe_mixtures(len(SOURCES))
+  fits = {"0.13M": np.array(exp.PROXY_HALF_ELASTICITY),
+          "0.85M": np.array(exp.PROXY_HALF_4X128_ELASTICITY)}
+  uniform = np.full(len(SOURCES), 1 / len(SOURCES))
+  rows = []
+  for order in range(1, args.max_order + 1):
+    t0 = time.perf_counter()
+    level_k = probe_losses(train, held, uniform, TOKENS, order, tokenizer.vocab_size).mean()
+    losses = np.array([probe_losses(train, held, m, TOKENS, order, tokenizer.vocab_size)
+                       for m in mixtures])
+    fit = proxy.fit_elasticity(mixtures, losses)
+    wall = time.perf_counter() - t0
+    mix = proxy.elasticity_mixture(fit.b, power=1.5)
+    row = [order, level_k, abs(level_k - level)]
+    for b in fits.values():
+      row += [np.corrcoef(fit.b, b)[0, 1],
+              np.corrcoef(mix, proxy.elasticity_mixture(b, power=1.5))[0, 1],
+              np.corrcoef(fit.b[:-1], b[:-1])[0, 1]]
+    rows.append(row + [fit.b[-1], wall])
+  chosen = min(rows, key=lambda r: r[2])[0]
+  print(f"transformer proxy (0.13M, uniform) mean training loss over steps 300-399: {level:.3f} "
+        f"({uniform_run})")
+  print("| order | count model's mean held-out loss (uniform) | r(b) 0.13M | r(mixture^1.5) 0.13M "
+        "| r(b) 0.13M without extra-06 | r(b) 0.85M | r(mixture^1.5) 0.85M | r(b) 0.85M without "
+        "extra-06 | b of extra-06 | seconds (21 models) |")
+  print("|" + "---|" * 10)
+  for order, level_k, _, *rest, b_noise, wall in rows:
+    mark = " (the rule's)" if order == chosen else ""
+    print(f"| {order}{mark} | {level_k:.3f} | " + " | ".join(f"{v:+.2f}" for v in rest)
+          + f" | {b_noise:.3f} | {wall:.1f} |")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,69 @@
+"""bench/count_proxy.py's count model, against probabilities worked out by hand and the rules every
+distribution must follow. (The screen on the built-in corpus is the benchmark's job.)"""
+
+import importlib.util
+import itertools
+import os
+
+import numpy as np
+import pytest
+
+_spec = importlib.util.spec_from_file_location(
+    "count_proxy_bench", os.path.join(os.path.dirname(__file__), "..", "bench", "count_proxy.py"))
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+
+def test_gram_keys_are_base_expansions():
+  x = np.array([3, 1, 4, 1, 5])
+  np.testing.assert_array_equal(bench.gram_keys(x, 2, 7), [3 * 7 + 1, 1 * 7 + 4, 4 * 7 + 1,
+                                                           1 * 7 + 5])
+  np.testing.assert_array_equal(bench.gram_keys(x, 3, 10), [314, 141, 415])
+  assert bench.gram_keys(x, 6, 10).size == 0
+
+
+def test_bigram_probabilities_by_hand():
+  # "0 1 0 1 0 1": unigram counts 3 and 3, so p1 = (3 + 1/2) / (6 + 2/2) = 1/2 each. After 0: the
+  # bigram 01 three times, one distinct follower: p(1|0) = (3 - 0.75 + 0.75 * 1 * 1/2) / 3 =
+  # 0.875, p(0|0) = 0.375 / 3 = 0.125. After 1: 10 twice: p(0|1) = (2 - 0.75 + 0.375) / 2.
+  m = bench.CountModel([np.array([0, 1, 0, 1, 0, 1])], order=2, vocab=2)
+  np.testing.assert_allclose(m.token_probs(np.array([0, 1, 0, 0, 1, 0])),
+                             [0.875, 0.8125, 0.125, 0.875, 0.8125])
+  np.testing.assert_allclose(m.log_loss(np.array([0, 1])), -np.log(0.875))
+
+
+def test_unseen_context_backs_off_and_segments_do_not_join():
+  # Two segments "0 0" and "1 1": the bigram 01 is never counted, and the context 2 is never seen.
+  m = bench.CountModel([np.array([0, 0]), np.array([1, 1])], order=2, vocab=3)
+  p1 = np.array([2.5, 2.5, 0.5]) / 5.5                        # (counts + 1/2) / (4 + 3/2)
+  # After 0: c(0) = 1 (the bigram 00 once), one follower: p(1|0) = 0.75 * p1(1).
+  np.testing.assert_allclose(m.token_probs(np.array([0, 1])), [0.75 * p1[1]])
+  np.testing.assert_allclose(m.token_probs(np.array([2, 1])), [p1[1]])
+
+
+@pytest.mark.parametrize("order", [1, 2, 3])
+def test_every_context_gives_a_distribution(order):
+  rng = np.random.default_rng(order)
+  vocab = 4
+  m = bench.CountModel([rng.integers(0, vocab, 50), rng.integers(0, 2, 30)], order, vocab)
+  for context in itertools.product(range(vocab), repeat=order - 1):
+    probs = [m.token_probs(np.array([*context, x]))[0] for x in range(vocab)]
+    assert min(probs) > 0
+    np.testing.assert_allclose(sum(probs), 1.0, rtol=1e-12)
+
+
+def test_probe_losses_take_each_sources_share_of_the_tokens():
+  # Source 0 alternates 0/1, source 1 repeats 2; with 10 tokens at shares (0.8, 0.2) the model is
+  # the one counted on the first 8 and first 2 tokens.
+  train = [np.array([0, 1] * 10), np.array([2] * 10)]
+  held = [np.array([0, 1, 0, 1]), np.array([2, 2, 2])]
+  got = bench.probe_losses(train, held, [0.8, 0.2], 10, order=2, vocab=3)
+  m = bench.CountModel([train[0][:8], train[1][:2]], 2, 3)
+  np.testing.assert_allclose(got, [m.log_loss(held[0]), m.log_loss(held[1])])
+
+
+def test_too_high_an_order_is_refused():
+  with pytest.raises(ValueError, match="order must be >= 1 .* order 8 for a vocabulary of 257"):
+    bench.CountModel([np.array([1, 2, 3])], order=8, vocab=257)
+  with pytest.raises(ValueError, match="order 0"):
+    bench.CountModel([np.array([1, 2, 3])], order=0, vocab=257)
