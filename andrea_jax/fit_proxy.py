@@ -7,9 +7,10 @@ r"""Fit a mixture schedule on small proxy runs, then train with it.
 The first command trains the config's run once per designed probe mixture
 (:func:`andrea_jax.curriculum.proxy.probe_mixtures`: 20 runs for 16 sources, each source 4x more
 in half of them), with the static strategy on the full simplex and the model as overridden here
-(make it the small proxy: the probes' compute is the recipe's cost), into
-``<workdir>/probe_<k>/``. Each probe stops after ``--stop`` of ``train.num_steps``
-(``train.stop_step``: its learning-rate schedule still that of the whole run). The command then
+(make it the small proxy: the probes' compute is the recipe's cost, printed first in runs of
+the config file's own model, :func:`probe_cost`), into ``<workdir>/probe_<k>/``. Each probe stops
+after ``--stop`` of ``train.num_steps`` (``train.stop_step``: its learning-rate schedule still
+that of the whole run). The command then
 fits each source's data elasticity on the probes' training losses over the last ``--late`` of the
 steps they ran and writes ``<workdir>/proxy_fit.json``: the elasticities, their R^2, the mixture
 ``elasticity_mixture(b, --lam, power=--power)`` and ``--hold``. A probe already finished is
@@ -120,9 +121,41 @@ def model_params(config: ml_collections.ConfigDict) -> int:
   return model.count_params(shapes)
 
 
+def load_config_file(spec: str) -> ml_collections.ConfigDict:
+  """``get_config`` of the config file ``path[:argument]`` (as ``--config`` names it); a
+  ``ValueError`` names a file that does not exist."""
+  import importlib.util
+  path, _, arg = spec.partition(":")
+  module_spec = importlib.util.spec_from_file_location("proxy_base_config", path)
+  if module_spec is None or not os.path.exists(path):
+    raise ValueError(f"config file {path!r} (recorded in {FIT_FILE}) does not exist; run from "
+                     "the directory the probes were run from")
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module.get_config(arg) if arg else module.get_config()
+
+
+def probe_cost(probe: ml_collections.ConfigDict, target: ml_collections.ConfigDict,
+               num_probes: int, probe_steps: int) -> float:
+  """The probes' compute in target runs, counted as parameters x tokens: ``num_probes *
+  probe_steps * T_p * N_p / (num_steps * T_t * N_t)``, ``T`` the tokens of a step
+  (``data.global_batch_size * data.seq_len``), ``N`` :func:`model_params`, ``num_steps`` the
+  target's ``train.num_steps``. (It leaves out attention's term in the sequence length, which
+  weighs more on a small model: a floor on the probes' share of the time, not a bound.)
+
+  Example: 20 probes of 400 steps on a 0.13M model for an 800-step 0.85M target, same batches:
+  ``20 * 400 * 128768 / (800 * 850688) = 1.51`` target runs.
+  """
+  def tokens(c):
+    return int(c.data.global_batch_size) * int(c.data.seq_len)
+  return (num_probes * probe_steps * tokens(probe) * model_params(probe)
+          / (int(target.train.num_steps) * tokens(target) * model_params(target)))
+
+
 def fit(config: ml_collections.ConfigDict, workdir: str, *, ratio: float = 4.0, lam: float = 1.0,
         hold: float = 0.5, stop: float = 0.5, late: float = 0.25, probes: str = "static",
         power: float = 1.5, config_file: str | None = None,
+        target: ml_collections.ConfigDict | None = None,
         runner: Callable | None = None) -> dict:
   """Runs (or reuses) the probes of ``config`` under ``workdir`` and writes the fit.
 
@@ -136,7 +169,9 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *, ratio: float = 4.0, 
   Returns (and writes to ``<workdir>/proxy_fit.json``) ``{"sources", "b", "r2", "intercept",
   "mixture", "lam", "power", "hold", "ratio", "num_steps", "probe_steps", "stop", "late", "probes",
   "probe_mixtures", "late_losses", "config_file", "num_params"}`` (``num_params``: the probes'
-  model's, for reading fits at two sizes at a target's: ``experiments/proxy.py``).
+  model's, for reading fits at two sizes at a target's: ``experiments/proxy.py``) and, when
+  ``target`` (the config the fit is for: the config file without the proxy's overrides) is given,
+  ``"target_params"`` and ``"probe_cost"`` (:func:`probe_cost`, printed before the probes run).
   ``runner(config, workdir)`` trains one probe (default
   :func:`andrea_jax.train.train_and_evaluate`).
   """
@@ -171,6 +206,12 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *, ratio: float = 4.0, 
                        f"{switch} (hold = {hold}), but the last late = {late} of the "
                        f"{probe_steps} steps run (stop = {stop}) starts at step {first}: "
                        + (f"late <= {most:.3g} fits" if most > 0 else "raise stop or lower hold"))
+  cost = None
+  if target is not None:
+    cost = probe_cost(config, target, len(mixtures), probe_steps)
+    print(f"{len(mixtures)} probes of {probe_steps} steps at {model_params(config):,} parameters: "
+          f"{cost:.3g} runs of the target ({model_params(target):,} parameters, "
+          f"{int(target.train.num_steps)} steps) in parameters x tokens", flush=True)
   losses = []
   for k, mixture in enumerate(mixtures):
     probe_dir = os.path.join(workdir, f"probe_{k:02d}")
@@ -219,6 +260,8 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *, ratio: float = 4.0, 
          "stop": stop, "late": late, "probes": probes,
          "probe_mixtures": mixtures.tolist(), "late_losses": np.array(losses).tolist(),
          "config_file": config_file, "num_params": model_params(config)}
+  if target is not None:
+    out.update(target_params=model_params(target), probe_cost=cost)
   os.makedirs(workdir, exist_ok=True)
   with open(os.path.join(workdir, FIT_FILE), "w") as f:
     json.dump(out, f, indent=1)
@@ -238,11 +281,12 @@ def main(argv: Sequence[str]) -> None:
   from andrea_jax.checkpoint import CheckpointError
   from andrea_jax.data import DataError
   config_flag = flags.FLAGS["config"]
+  config_file = config_flags.get_config_filename(config_flag)
   try:
     out = fit(config_flag.value, flags.FLAGS.workdir, ratio=flags.FLAGS.ratio,
               lam=flags.FLAGS.lam, hold=flags.FLAGS.hold, stop=flags.FLAGS.stop,
               late=flags.FLAGS.late, probes=flags.FLAGS.probes, power=flags.FLAGS.power,
-              config_file=config_flags.get_config_filename(config_flag))
+              config_file=config_file, target=load_config_file(config_file))
   except (ValueError, TypeError, DataError, CheckpointError, train.TrainingHalted) as e:
     # Bad input or a halted probe: the message names the field, file or step (finished probes
     # are kept and reused by the next run of the command).

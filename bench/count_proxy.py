@@ -16,8 +16,17 @@ compared with the recorded transformer fits at 0.13M and 0.85M parameters
 The rule, fixed before any correlation was seen: the count model's order is the one whose mean
 held-out loss under the uniform mixture is nearest the transformer proxy's mean training loss over
 the probes' fitted window (steps 300-399 of ``bench/compare_mixers.py``'s uniform run of seed 0,
-which is that probe: reused from ``<out>/runs/uniform/seed0``, or trained there, about a minute); it would stand in for the probes if its fitted mixture (power 1.5)
-had Pearson r >= 0.9 with the 0.13M fit's. Prints one row per order (1 to ``--max-order``).
+which is that probe: reused from ``<out>/runs/uniform/seed0``, or trained there, about a
+minute); it would stand in for the probes if its fitted mixture (power 1.5) had Pearson r >= 0.9
+with the 0.13M fit's. Prints one row per order (1 to ``--max-order``).
+
+Found (``bench/RESULTS.md``, "A count model instead of the probes?"): it does not stand in. At the
+rule's order, 3, the mixture's r is 0.13 with the 0.13M fit's (0.05 with the 0.85M fit's). With
+two tokens of context a count model cannot tell the sources apart: the noise source's share moves
+the pooled byte distribution every source is scored under, and it gets the largest elasticity
+(0.96, against 0.08 for the transformer, which knows from its context which source it reads).
+Without the noise source r(b) is 0.87 (0.76 at 0.85M); the orders that memorise (5 and 6) turn it
+negative.
 """
 
 from __future__ import annotations
@@ -130,7 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--max-order", type=int, default=6)
   args = parser.parse_args(argv)
   if not 1 <= args.max_order <= 7:
-    parser.error(f"--max-order must be in [1, 7] (byte 7-grams fill an int64), got {args.max_order}")
+    parser.error(f"--max-order must be in [1, 7] (byte 7-grams fill an int64), "
+                 f"got {args.max_order}")
   spec = importlib.util.spec_from_file_location("compare_mixers_bench",
                                                 os.path.join(REPO, "bench", "compare_mixers.py"))
   mixers = importlib.util.module_from_spec(spec)

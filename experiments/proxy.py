@@ -25,24 +25,11 @@ seeds), 22.9% at 0.85M with probes of its size (six seeds) and 19.6% at 2.76M fr
 and 0.85M read at its size; 17-20% from a 0.13M fit alone at 0.85-2.76M.
 """
 
-import importlib.util
 import json
 import os
 
 from andrea_jax.curriculum import proxy
-from andrea_jax.fit_proxy import FIT_FILE
-
-
-def load_config_file(spec: str):
-  """``get_config`` of the config file ``path[:argument]``."""
-  path, _, arg = spec.partition(":")
-  module_spec = importlib.util.spec_from_file_location("proxy_base_config", path)
-  if module_spec is None or not os.path.exists(path):
-    raise ValueError(f"config file {path!r} (recorded in {FIT_FILE}) does not exist; run from "
-                     "the directory the probes were run from")
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  return module.get_config(arg) if arg else module.get_config()
+from andrea_jax.fit_proxy import FIT_FILE, load_config_file
 
 
 def _read_fit(fit_dir: str) -> dict:

@@ -80,6 +80,33 @@ def test_fit_recovers_the_elasticities_and_reuses_finished_probes(tmp_path):
   assert (sharp["power"], out["power"], plain["power"]) == (2.0, 1.5, 1.0)
 
 
+def test_the_probes_cost_is_counted_in_target_runs(tmp_path, capsys):
+  # A 2 x 64 proxy (d_mlp 256) of tiny.py's 4 x 128 model. By hand: 384 padded byte rows and 128
+  # positions of d = 64, two layers of 12 d^2 + 13 d, the final layer norm: 132,864 parameters;
+  # the target has 858,880. 20 probes of half the steps at the same batch: 10 * 132864 / 858880.
+  target = _experiment("tiny").get_config()
+  config = _experiment("tiny").get_config()
+  config.model.update(num_layers=2, d_model=64, d_mlp=256)
+  proxy_params = 384 * 64 + 128 * 64 + 2 * (12 * 64 ** 2 + 13 * 64) + 2 * 64
+  assert proxy_params == 132_864
+  out = fit_proxy.fit(config, str(tmp_path / "a"), target=target, runner=_power_law_runner([]))
+  assert (out["num_params"], out["target_params"]) == (proxy_params, 858_880)
+  assert out["probe_cost"] == pytest.approx(10 * 132_864 / 858_880, rel=1e-12)
+  assert f"20 probes of {target.train.num_steps // 2} steps at 132,864 parameters: 1.55 runs of " \
+      "the target (858,880 parameters" in capsys.readouterr().out
+  with open(tmp_path / "a" / "proxy_fit.json") as f:
+    assert json.load(f)["probe_cost"] == pytest.approx(out["probe_cost"], rel=1e-12)
+  # Half the rows per step and a quarter of the steps (stop 0.25): an eighth of the tokens.
+  config.data.global_batch_size = target.data.global_batch_size // 2
+  small = fit_proxy.fit(config, str(tmp_path / "b"), target=target, stop=0.25,
+                        runner=_power_law_runner([]))
+  assert small["probe_cost"] == pytest.approx(out["probe_cost"] / 4, rel=1e-12)
+  # Without a target nothing is claimed.
+  assert "probe_cost" not in fit_proxy.fit(config, str(tmp_path / "b"),
+                                           runner=_power_law_runner([]), stop=0.25)
+  assert fit_proxy.probe_cost(target, target, 1, target.train.num_steps) == 1.0
+
+
 def test_a_probe_holds_its_mixture_on_the_full_simplex_with_the_static_strategy():
   config = _experiment("tiny").get_config()
   mixture = np.linspace(1.0, 2.0, 16) / np.linspace(1.0, 2.0, 16).sum()
