@@ -140,8 +140,8 @@ def probe_cost(probe: ml_collections.ConfigDict, target: ml_collections.ConfigDi
   """The probes' compute in target runs, counted as parameters x tokens: ``num_probes *
   probe_steps * T_p * N_p / (num_steps * T_t * N_t)``, ``T`` the tokens of a step
   (``data.global_batch_size * data.seq_len``), ``N`` :func:`model_params`, ``num_steps`` the
-  target's ``train.num_steps``. (It leaves out attention's term in the sequence length, which
-  weighs more on a small model: a floor on the probes' share of the time, not a bound.)
+  target's ``train.num_steps``. An estimate of the share of the time: it leaves out attention's
+  term in the sequence length, which weighs more on a small model, so for a small proxy it is low.
 
   Example: 20 probes of 400 steps on a 0.13M model for an 800-step 0.85M target, same batches:
   ``20 * 400 * 128768 / (800 * 850688) = 1.51`` target runs.
@@ -209,8 +209,9 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *, ratio: float = 4.0, 
   cost = None
   if target is not None:
     cost = probe_cost(config, target, len(mixtures), probe_steps)
+    target_params = model_params(target)
     print(f"{len(mixtures)} probes of {probe_steps} steps at {model_params(config):,} parameters: "
-          f"{cost:.3g} runs of the target ({model_params(target):,} parameters, "
+          f"{cost:.3g} runs of the target ({target_params:,} parameters, "
           f"{int(target.train.num_steps)} steps) in parameters x tokens", flush=True)
   losses = []
   for k, mixture in enumerate(mixtures):
@@ -261,7 +262,7 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *, ratio: float = 4.0, 
          "probe_mixtures": mixtures.tolist(), "late_losses": np.array(losses).tolist(),
          "config_file": config_file, "num_params": model_params(config)}
   if target is not None:
-    out.update(target_params=model_params(target), probe_cost=cost)
+    out.update(target_params=target_params, probe_cost=cost)
   os.makedirs(workdir, exist_ok=True)
   with open(os.path.join(workdir, FIT_FILE), "w") as f:
     json.dump(out, f, indent=1)
@@ -305,8 +306,9 @@ def run() -> None:
   from absl import flags
   from ml_collections import config_flags
   config_flags.DEFINE_config_file("config", None, "the run's config file (experiments/*.py); "
-                                  "override its model here to make the small proxy",
-                                  lock_config=True)
+                                  "override its model here to make the small proxy (the target "
+                                  "is the file's own config: the probes' cost is counted in its "
+                                  "runs)", lock_config=True)
   flags.DEFINE_string("workdir", None, "directory for the probes and proxy_fit.json")
   flags.DEFINE_float("ratio", 4.0, "a high source's share over a low one's in each probe")
   flags.DEFINE_float("lam", 1.0, "the fitted mixture's weight; 1 - lam stays uniform")

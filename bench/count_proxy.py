@@ -8,8 +8,9 @@ Here the 20 probe mixtures feed an n-gram count model instead: for each probe, o
 absolute-discounting model (discount 0.75 at every order, add-1/2 unigram) counts the first
 ``round(share_s * tokens)`` training tokens of every source (``tokens``: what a probe of the
 study has seen at the middle of its fitted window, 350 steps of 32 x 64), and each source's loss
-is its mean log-loss on the first 20,000 tokens of its held-out split. The same
-:func:`andrea_jax.curriculum.proxy.fit_elasticity` turns the 20 x 16 losses into elasticities,
+is its mean log-loss on the first 20,000 tokens of its held-out split (all of it where shorter).
+The same :func:`andrea_jax.curriculum.proxy.fit_elasticity` turns the 20 x 16 losses into
+elasticities,
 compared with the recorded transformer fits at 0.13M and 0.85M parameters
 (``experiments/compare_mixers.py``: ``PROXY_HALF_ELASTICITY``, ``PROXY_HALF_4X128_ELASTICITY``).
 
@@ -22,11 +23,10 @@ with the 0.13M fit's. Prints one row per order (1 to ``--max-order``).
 
 Found (``bench/RESULTS.md``, "A count model instead of the probes?"): it does not stand in. At the
 rule's order, 3, the mixture's r is 0.13 with the 0.13M fit's (0.05 with the 0.85M fit's). With
-two tokens of context a count model cannot tell the sources apart: the noise source's share moves
-the pooled byte distribution every source is scored under, and it gets the largest elasticity
-(0.96, against 0.08 for the transformer, which knows from its context which source it reads).
-Without the noise source r(b) is 0.87 (0.76 at 0.85M); the orders that memorise (5 and 6) turn it
-negative.
+two tokens of context a count model cannot tell the sources apart (one model pooled over all the
+sources): the noise source gets by far the largest elasticity (0.96, the next 0.43, against 0.08
+for the transformer, which knows from its context which source it reads). Without the noise
+source r(b) is 0.87 (0.76 at 0.85M); orders 5 and 6 turn it negative.
 """
 
 from __future__ import annotations
@@ -67,8 +67,11 @@ class CountModel:
   .. math::
      p_j(x | h) = \frac{\max(c(h x) - D, 0) + D\, N_{1+}(h \cdot)\, p_{j-1}(x | h')}{c(h)}
 
-  (``p_{j-1}`` where ``h`` was never seen). n-grams are counted inside each segment, never across
-  two (a segment is one source's tokens).
+  with ``c(h) = sum_x c(h x)``: ``h``'s count as a prefix, so a context never followed by a token
+  inside a segment (seen only at a segment's end, or never) backs off to ``p_{j-1}``. Every order
+  counts raw n-grams (not Kneser-Ney's continuation counts). n-grams are counted inside each
+  segment, never across two (a segment is one source's tokens). ``0 < discount <= 1`` and ``add >
+  0`` keep every ``p_j`` a distribution with no zero.
   """
 
   def __init__(self, segments: Sequence[np.ndarray], order: int, vocab: int,
@@ -76,6 +79,9 @@ class CountModel:
     if not 1 <= order or vocab ** order >= 2 ** 63:
       raise ValueError(f"order must be >= 1 with vocab ** order below 2**63, got order {order} "
                        f"for a vocabulary of {vocab}")
+    if not (0 < discount <= 1 and add > 0):
+      raise ValueError(f"discount must be in (0, 1] and add > 0, got discount {discount!r} and "
+                       f"add {add!r}")
     self.order, self.vocab, self.discount = order, vocab, discount
     segments = [np.asarray(s, np.int64) for s in segments]
     unigram = np.bincount(np.concatenate(segments), minlength=vocab).astype(np.float64)
@@ -180,18 +186,19 @@ def main(argv: Sequence[str] | None = None) -> int:
       row += [np.corrcoef(fit.b, b)[0, 1],
               np.corrcoef(mix, proxy.elasticity_mixture(b, power=1.5))[0, 1],
               np.corrcoef(fit.b[:-1], b[:-1])[0, 1]]
-    rows.append(row + [fit.b[-1], wall])
+    top = int(np.argmax(fit.b[:-1]))
+    rows.append(row + [fit.b[-1], f"{fit.b[top]:.3f} ({SOURCES[top]})", wall])
   chosen = min(rows, key=lambda r: r[2])[0]
   print(f"transformer proxy (0.13M, uniform) mean training loss over steps 300-399: {level:.3f} "
         f"({uniform_run})")
   print("| order | count model's mean held-out loss (uniform) | r(b) 0.13M | r(mixture^1.5) 0.13M "
         "| r(b) 0.13M without extra-06 | r(b) 0.85M | r(mixture^1.5) 0.85M | r(b) 0.85M without "
-        "extra-06 | b of extra-06 | seconds (21 models) |")
-  print("|" + "---|" * 10)
-  for order, level_k, _, *rest, b_noise, wall in rows:
+        "extra-06 | b of extra-06 | largest b of the 15 others | seconds (21 models) |")
+  print("|" + "---|" * 11)
+  for order, level_k, _, *rest, b_noise, top, wall in rows:
     mark = " (the rule's)" if order == chosen else ""
     print(f"| {order}{mark} | {level_k:.3f} | " + " | ".join(f"{v:+.2f}" for v in rest)
-          + f" | {b_noise:.3f} | {wall:.1f} |")
+          + f" | {b_noise:.3f} | {top} | {wall:.1f} |")
   return 0
 
 

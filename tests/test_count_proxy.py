@@ -32,6 +32,24 @@ def test_bigram_probabilities_by_hand():
   np.testing.assert_allclose(m.log_loss(np.array([0, 1])), -np.log(0.875))
 
 
+def test_trigram_probabilities_by_hand():
+  # "0 1 0 1 0 1" at order 3: after "0 1" the trigram 010 twice, one follower, backing off to the
+  # bigram model above: p(0|01) = (2 - 0.75 + 0.75 p2(0|1)) / 2 with p2(0|1) = 0.8125, p(1|01) =
+  # 0.75 p2(1|1) / 2 with p2(1|1) = 0.75 * 1/2 / 2; after "1 0": p(1|10) = (1.25 + 0.75 *
+  # 0.875) / 2.
+  m = bench.CountModel([np.array([0, 1, 0, 1, 0, 1])], order=3, vocab=2)
+  np.testing.assert_allclose(m.token_probs(np.array([0, 1, 0])), [0.9296875])
+  np.testing.assert_allclose(m.token_probs(np.array([0, 1, 1])), [0.0703125])
+  np.testing.assert_allclose(m.token_probs(np.array([1, 0, 1])), [0.953125])
+
+
+def test_a_context_seen_only_at_a_segments_end_backs_off():
+  # In "0 1 2" the token 2 is never followed by anything: p(x|2) is the unigram's, 1.5 / 4.5.
+  m = bench.CountModel([np.array([0, 1, 2])], order=2, vocab=3)
+  np.testing.assert_allclose(m.token_probs(np.array([2, 0])), [1 / 3])
+  np.testing.assert_allclose(m.token_probs(np.array([2, 2])), [1 / 3])
+
+
 def test_unseen_context_backs_off_and_segments_do_not_join():
   # Two segments "0 0" and "1 1": the bigram 01 is never counted, and the context 2 is never seen.
   m = bench.CountModel([np.array([0, 0]), np.array([1, 1])], order=2, vocab=3)
@@ -62,8 +80,12 @@ def test_probe_losses_take_each_sources_share_of_the_tokens():
   np.testing.assert_allclose(got, [m.log_loss(held[0]), m.log_loss(held[1])])
 
 
-def test_too_high_an_order_is_refused():
+def test_bad_settings_are_refused():
   with pytest.raises(ValueError, match="order must be >= 1 .* order 8 for a vocabulary of 257"):
     bench.CountModel([np.array([1, 2, 3])], order=8, vocab=257)
   with pytest.raises(ValueError, match="order 0"):
     bench.CountModel([np.array([1, 2, 3])], order=0, vocab=257)
+  with pytest.raises(ValueError, match="discount must be in \\(0, 1\\] .* discount 1.5"):
+    bench.CountModel([np.array([1, 2, 3])], order=2, vocab=257, discount=1.5)
+  with pytest.raises(ValueError, match="add 0"):
+    bench.CountModel([np.array([1, 2, 3])], order=2, vocab=257, add=0)
