@@ -1,6 +1,6 @@
 r"""Can a count model stand in for the proxy's probe runs? A screen, on the built-in corpus.
 
-    .venv/bin/python bench/count_proxy.py [--out runs/compare_mixers]
+    .venv/bin/python bench/count_proxy.py [--out runs/compare_mixers] [--model pooled|source]
 
 The designed proxy (``python -m andrea_jax.fit_proxy``) fits each source's data elasticity on 20
 probe *training runs*: ten runs' worth of compute at the proxy's size, the recipe's whole cost.
@@ -27,6 +27,16 @@ two tokens of context a count model cannot tell the sources apart (one model poo
 sources): the noise source gets by far the largest elasticity (0.96, the next 0.43, against 0.08
 for the transformer, which knows from its context which source it reads). Without the noise
 source r(b) is 0.87 (0.76 at 0.85M); orders 5 and 6 turn it negative.
+
+``--model source``, added after that finding and screened by the same rule (the order by the
+same loss level, r >= 0.9 with the 0.13M fit's mixture at power 1.5), fixed before its numbers:
+each source's held-out tokens are scored by a count model of that source's own training tokens,
+discounted at every level down to the unigram, which backs off to the pooled model's probability
+of the same token (:func:`source_aware_losses`): a model that knows which source it reads, as the
+transformer does, and still shares what the sources have in common. Should it pass, the next
+step, also fixed now: its elasticities at power 1.5 held for the first half of the run, then
+uniform, in ``bench/compare_mixers.py`` on the seeds and sizes of the transformer fit's
+``proxy_half_p15_early`` (0.13M, seeds 0-8).
 """
 
 from __future__ import annotations
@@ -84,8 +94,8 @@ class CountModel:
                        f"add {add!r}")
     self.order, self.vocab, self.discount = order, vocab, discount
     segments = [np.asarray(s, np.int64) for s in segments]
-    unigram = np.bincount(np.concatenate(segments), minlength=vocab).astype(np.float64)
-    self.unigram = (unigram + add) / (unigram.sum() + add * vocab)
+    self.counts = np.bincount(np.concatenate(segments), minlength=vocab).astype(np.float64)
+    self.unigram = (self.counts + add) / (self.counts.sum() + add * vocab)
     self.tables = []
     for j in range(2, order + 1):
       grams, counts = np.unique(np.concatenate([gram_keys(s, j, vocab) for s in segments]),
@@ -100,11 +110,25 @@ class CountModel:
     i = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
     return np.where(sorted_keys[i] == keys, values[i], 0)
 
-  def token_probs(self, x: np.ndarray) -> np.ndarray:
-    """``p(x[t] | x[t - order + 1 : t])`` for ``t = order - 1, ...``: ``[len(x) - order + 1]``."""
+  def token_probs(self, x: np.ndarray, base: np.ndarray | None = None) -> np.ndarray:
+    r"""``p(x[t] | x[t - order + 1 : t])`` for ``t = order - 1, ...``: ``[len(x) - order + 1]``.
+
+    With ``base`` (another model's probabilities of the same tokens, ``[len(x) - order + 1]``) the
+    unigram level is discounted like the others and backs off to it: ``p_1(x) = (max(c(x) - D, 0)
+    + D N_{1+}(\cdot) base) / N``, where ``N_{1+}(\cdot)`` counts the distinct tokens seen.
+    """
     x = np.asarray(x, np.int64)
     k = self.order
-    p = self.unigram[x[k - 1:]]
+    if base is None:
+      p = self.unigram[x[k - 1:]]
+    else:
+      base = np.asarray(base, np.float64)
+      if base.shape != (len(x) - k + 1,):
+        raise ValueError(f"base must hold one probability per scored token, shape "
+                         f"{(len(x) - k + 1,)}, got {base.shape}")
+      c, n = self.counts[x[k - 1:]], self.counts.sum()
+      p = ((np.maximum(c - self.discount, 0) + self.discount * np.count_nonzero(self.counts) * base)
+           / n if n else base)
     for j, (grams, counts, contexts, context_counts, followers) in enumerate(self.tables, 2):
       keys = gram_keys(x, j, self.vocab)[k - j:]
       c = self._lookup(grams, counts, keys)
@@ -129,6 +153,19 @@ def probe_losses(train: Sequence[np.ndarray], held_out: Sequence[np.ndarray],
   return np.array([model.log_loss(h) for h in held_out])
 
 
+def source_aware_losses(train: Sequence[np.ndarray], held_out: Sequence[np.ndarray],
+                        mixture: Sequence[float], tokens: int, order: int,
+                        vocab: int) -> np.ndarray:
+  """As :func:`probe_losses`, with a model that knows which source it reads: source ``s``'s
+  held-out tokens are scored by a count model of its own training tokens alone whose every level
+  backs off, in the end, to the pooled model of every source's tokens (``CountModel.token_probs``
+  with ``base``: the pooled model's probabilities of the same tokens)."""
+  segments = [t[:max(1, int(round(w * tokens)))] for t, w in zip(train, mixture)]
+  pooled = CountModel(segments, order, vocab)
+  return np.array([-np.log(CountModel([seg], order, vocab).token_probs(
+      h, base=pooled.token_probs(h))).mean() for seg, h in zip(segments, held_out)])
+
+
 def proxy_loss_level(run_dir: str, sources: Sequence[str]) -> float:
   """A uniform run's mean over sources of its training loss over steps 300-399 (the probes' fitted
   window: ``fit_proxy.late_losses`` with 400 steps and ``late`` 0.25)."""
@@ -143,6 +180,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="bench/compare_mixers.py's --out: its uniform run of seed 0 is reused "
                            "from there, or trained")
   parser.add_argument("--max-order", type=int, default=6)
+  parser.add_argument("--model", choices=("pooled", "source"), default="pooled",
+                      help="pooled: one count model of every source's tokens; source: each "
+                           "source scored by its own counts backed off to the pooled model")
   args = parser.parse_args(argv)
   if not 1 <= args.max_order <= 7:
     parser.error(f"--max-order must be in [1, 7] (byte 7-grams fill an int64), "
@@ -172,11 +212,12 @@ def main(argv: Sequence[str] | None = None) -> int:
   fits = {"0.13M": np.array(exp.PROXY_HALF_ELASTICITY),
           "0.85M": np.array(exp.PROXY_HALF_4X128_ELASTICITY)}
   uniform = np.full(len(SOURCES), 1 / len(SOURCES))
+  losses_of = {"pooled": probe_losses, "source": source_aware_losses}[args.model]
   rows = []
   for order in range(1, args.max_order + 1):
     t0 = time.perf_counter()
-    level_k = probe_losses(train, held, uniform, TOKENS, order, tokenizer.vocab_size).mean()
-    losses = np.array([probe_losses(train, held, m, TOKENS, order, tokenizer.vocab_size)
+    level_k = losses_of(train, held, uniform, TOKENS, order, tokenizer.vocab_size).mean()
+    losses = np.array([losses_of(train, held, m, TOKENS, order, tokenizer.vocab_size)
                        for m in mixtures])
     fit = proxy.fit_elasticity(mixtures, losses)
     wall = time.perf_counter() - t0
@@ -189,6 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     top = int(np.argmax(fit.b[:-1]))
     rows.append(row + [fit.b[-1], f"{fit.b[top]:.3f} ({SOURCES[top]})", wall])
   chosen = min(rows, key=lambda r: r[2])[0]
+  print(f"count model: {args.model}")
   print(f"transformer proxy (0.13M, uniform) mean training loss over steps 300-399: {level:.3f} "
         f"({uniform_run})")
   print("| order | count model's mean held-out loss (uniform) | r(b) 0.13M | r(mixture^1.5) 0.13M "

@@ -89,3 +89,40 @@ def test_bad_settings_are_refused():
     bench.CountModel([np.array([1, 2, 3])], order=2, vocab=257, discount=1.5)
   with pytest.raises(ValueError, match="add 0"):
     bench.CountModel([np.array([1, 2, 3])], order=2, vocab=257, add=0)
+
+
+def test_a_base_under_the_unigram_level_by_hand():
+  # "0 1 0 1 0 1" over 3 tokens: c = (3, 3, 0), N = 6, two distinct tokens seen. With base b the
+  # unigram level is (max(c - 0.75, 0) + 0.75 * 2 * b) / 6: (2.25 + 1.5 * 0.5) / 6 = 0.5 for a 0
+  # with b = 0.5, and 1.5 * 0.2 / 6 = 0.05 for the unseen 2 with b = 0.2.
+  m = bench.CountModel([np.array([0, 1, 0, 1, 0, 1])], order=1, vocab=3)
+  np.testing.assert_allclose(m.token_probs(np.array([0, 2]), base=np.array([0.5, 0.2])),
+                             [0.5, 0.05])
+  with pytest.raises(ValueError, match=r"base must hold one probability per scored token, shape "
+                                       r"\(2,\), got \(3,\)"):
+    m.token_probs(np.array([0, 2]), base=np.ones(3) / 3)
+
+
+@pytest.mark.parametrize("order", [1, 2, 3])
+def test_a_model_backed_off_to_another_gives_a_distribution(order):
+  rng = np.random.default_rng(10 + order)
+  vocab = 4
+  pooled = bench.CountModel([rng.integers(0, vocab, 60), rng.integers(0, 2, 30)], order, vocab)
+  own = bench.CountModel([rng.integers(1, 3, 20)], order, vocab)
+  for context in itertools.product(range(vocab), repeat=order - 1):
+    grams = [np.array([*context, x]) for x in range(vocab)]
+    probs = [own.token_probs(g, base=pooled.token_probs(g))[0] for g in grams]
+    assert min(probs) > 0
+    np.testing.assert_allclose(sum(probs), 1.0, rtol=1e-12)
+
+
+def test_source_aware_losses_by_hand():
+  # Order 1, 8 tokens at shares (1/2, 1/2): source 0 counts "0 0 0 1", source 1 "2 2" (all it
+  # has). Pooled unigram: (3 + 1/2, 1 + 1/2, 2 + 1/2) / 7.5. Source 0 (N 4, two tokens seen) on
+  # "0 1": (2.25 + 1.5 * 3.5 / 7.5) / 4 = 0.7375 and (0.25 + 1.5 * 1.5 / 7.5) / 4 = 0.1375.
+  # Source 1 (N 2, one token seen) on "2 0": (1.25 + 0.75 * 2.5 / 7.5) / 2 = 0.75 and
+  # 0.75 * 3.5 / 7.5 / 2 = 0.175.
+  got = bench.source_aware_losses([np.array([0, 0, 0, 1, 1]), np.array([2, 2])],
+                                  [np.array([0, 1]), np.array([2, 0])], [0.5, 0.5], 8, order=1,
+                                  vocab=3)
+  np.testing.assert_allclose(got, [-np.log(0.7375 * 0.1375) / 2, -np.log(0.75 * 0.175) / 2])
