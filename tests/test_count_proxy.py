@@ -114,6 +114,14 @@ def test_a_model_backed_off_to_another_gives_a_distribution(order):
     probs = [own.token_probs(g, base=pooled.token_probs(g))[0] for g in grams]
     assert min(probs) > 0
     np.testing.assert_allclose(sum(probs), 1.0, rtol=1e-12)
+    # The base is used: the token the own model never saw (0, 3) takes its probability from it.
+    assert not np.allclose(probs, [own.token_probs(g)[0] for g in grams])
+
+
+def test_a_model_that_counted_nothing_gives_its_base():
+  m = bench.CountModel([np.array([], np.int64)], order=2, vocab=3)
+  np.testing.assert_allclose(m.token_probs(np.array([0, 2, 1]), base=np.array([0.3, 0.6])),
+                             [0.3, 0.6])
 
 
 def test_source_aware_losses_by_hand():
@@ -126,3 +134,26 @@ def test_source_aware_losses_by_hand():
                                   [np.array([0, 1]), np.array([2, 0])], [0.5, 0.5], 8, order=1,
                                   vocab=3)
   np.testing.assert_allclose(got, [-np.log(0.7375 * 0.1375) / 2, -np.log(0.75 * 0.175) / 2])
+
+
+def test_source_aware_losses_at_order_2_by_hand():
+  # 8 tokens at shares (1/2, 1/2): source 0 counts "0 1 0 1", source 1 "1 1". Pooled: unigram
+  # (2 + 1/2, 4 + 1/2) / 7, bigrams 01 twice, 10 once, 11 once (none across the two sources).
+  # Pooled p(1|0) = (1.25 + 0.75 * 4.5/7) / 2, p(1|1) = (0.25 + 1.5 * 4.5/7) / 2, p(0|1) = (0.25 +
+  # 1.5 * 2.5/7) / 2: each the base of the own model's unigram level, for the same token in the
+  # same context.
+  pooled_1_0 = (1.25 + 0.75 * 4.5 / 7) / 2
+  pooled_1_1 = (0.25 + 1.5 * 4.5 / 7) / 2
+  pooled_0_1 = (0.25 + 1.5 * 2.5 / 7) / 2
+  # Source 0 (unigram 2 and 2, N 4, two seen; after 0: 01 twice; after 1: 10 once) on "0 1 1":
+  # p(1|0) = (1.25 + 0.75 u) / 2 with u = (1.25 + 1.5 pooled(1|0)) / 4, and p(1|1) = 0.75 u' / 1
+  # with u' = (1.25 + 1.5 pooled(1|1)) / 4 (11 unseen, context 1 seen once with one follower).
+  p_1_0 = (1.25 + 0.75 * (1.25 + 1.5 * pooled_1_0) / 4) / 2
+  p_1_1 = 0.75 * (1.25 + 1.5 * pooled_1_1) / 4
+  # Source 1 (unigram 0 and 2, N 2, one seen; after 1: 11 once) on "1 0": p(0|1) = 0.75 u'' with
+  # u'' = 0.75 pooled(0|1) / 2.
+  p_0_1 = 0.75 * 0.75 * pooled_0_1 / 2
+  got = bench.source_aware_losses([np.array([0, 1, 0, 1, 1]), np.array([1, 1])],
+                                  [np.array([0, 1, 1]), np.array([1, 0])], [0.5, 0.5], 8,
+                                  order=2, vocab=2)
+  np.testing.assert_allclose(got, [-np.log(p_1_0 * p_1_1) / 2, -np.log(p_0_1)])
