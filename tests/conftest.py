@@ -2,15 +2,29 @@
 property tests that draw the same examples on every run (``HYPOTHESIS_PROFILE=explore`` draws new
 ones; ``python bench/faults.py`` runs the randomised campaigns)."""
 
+import atexit
 import os
 import pathlib
+import shutil
 import struct
+import tempfile
 
 import hypothesis
 import jax
 import pytest
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
+
+# One XLA compilation cache for the whole run, shared with the processes the tests start: the suite
+# builds the same small training and evaluation programs in test after test, and compiling them,
+# not running them, is most of its time on 2 CPU cores. A fresh directory per run, so a test never
+# reads what an older jax or an edited model compiled.
+_XLA_CACHE = tempfile.mkdtemp(prefix="andrea_jax_test_xla_cache_")
+os.environ["JAX_COMPILATION_CACHE_DIR"] = _XLA_CACHE
+os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+jax.config.update("jax_compilation_cache_dir", _XLA_CACHE)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+atexit.register(shutil.rmtree, _XLA_CACHE, ignore_errors=True)
 
 hypothesis.settings.register_profile("repeatable", derandomize=True)
 hypothesis.settings.register_profile("explore", derandomize=False)
