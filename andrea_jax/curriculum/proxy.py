@@ -16,8 +16,9 @@ model decides the mixture of a larger one), with the probes laid out as a design
    the equal-weight mean loss of a fixed mixture is smallest at shares proportional to ``b``.
 3. **Schedule** (:func:`elasticity_mixture`, :func:`proxy_schedule`): that mixture, mixed with
    uniform by ``1 - lam``, held for the first ``hold`` of the run, then the uniform mixture under
-   the static strategy, or the mixer under another one (measured in ``bench/compare_mixers.py``: the gain is made early, and the uniform
-   part repairs what the mixture cost the sources it starved).
+   the static strategy, or the mixer under another one (measured in ``bench/compare_mixers.py``:
+   the gain is made early, and the uniform part repairs what the mixture cost the sources it
+   starved).
 
 Fits made at two or more proxy sizes can be read at the target's size (:func:`scale_elasticity`:
 per source, a line in the log of the parameter count). On the built-in corpus a 0.85M proxy
@@ -27,8 +28,9 @@ about a point of the steps, within the seeds' spread (``bench/RESULTS.md``, "A p
 target's size"). Sharpening the mixture (``elasticity_mixture(b, power=1.5)``) with the fit
 made at the target's size took the uniform mixture's final loss from 19.4% to 23.4% fewer steps
 at 0.13M (nine seeds) and from 20.6% to 22.1% at 0.85M (three; 22.9% over six), and gave a 2.76M
-model 19.6% from fits at two sizes read at its size (17.8% unsharpened, unpaired); the 0.13M fit
-alone, sharpened, gave 20.2% at 0.85M and 17.4% at 2.76M ("Power 1.5 at every size").
+model 19.3% (seven seeds) from fits at two sizes read at its size (17.8% unsharpened, unpaired);
+the 0.13M fit alone, sharpened, gave 20.2% at 0.85M and 17.4% at 2.76M ("Power 1.5 at every
+size").
 
 Everything here is numpy and config: the probes and the run are ordinary training runs
 (``python -m andrea_jax.fit_proxy`` runs the probes, at half length by default, and writes the
