@@ -34,13 +34,12 @@ each source's held-out tokens are scored by a count model of that source's own t
 discounted at every level down to the unigram, which backs off to the pooled model's order-k
 probability of the same token in the same context (:func:`source_aware_losses`): a model that
 knows which source it reads, as the transformer does, and still shares what the sources have in
-common. Should it pass, the next
-step, also fixed now: its elasticities at power 1.5 held for the first half of the run, then
-uniform, in ``bench/compare_mixers.py`` on the seeds and sizes of the transformer fit's
-``proxy_half_p15_early`` (0.13M, seeds 0-8). Found: it fails as well, r 0.15 at the rule's
-order (2), under 0.6 at every order; its elasticities are small and flat (0.003-0.057 at order 2
-but for the noise source's 0.099) and put five of the seven sources the transformer values most
-at the bottom.
+common. Should it pass, the next step, also fixed now: its elasticities at power 1.5 held for the
+first half of the run, then uniform, in ``bench/compare_mixers.py`` on the seeds and sizes of the
+transformer fit's ``proxy_half_p15_early`` (0.13M, seeds 0-8). Found: it fails as well, r 0.15
+at the rule's order (2), under 0.6 at every order; its elasticities are small and flat
+(0.003-0.057 at order 2 but for the noise source's 0.099) and put five of the seven sources the
+transformer values most at the bottom.
 """
 
 from __future__ import annotations
@@ -150,12 +149,18 @@ class CountModel:
     return float(-np.log(self.token_probs(x)).mean())
 
 
+def probe_segments(train: Sequence[np.ndarray], mixture: Sequence[float],
+                   tokens: int) -> list[np.ndarray]:
+  """What a probe of ``mixture`` has read of each source: its first ``round(mixture_s * tokens)``
+  (at least 1) training tokens."""
+  return [t[:max(1, int(round(w * tokens)))] for t, w in zip(train, mixture)]
+
+
 def probe_losses(train: Sequence[np.ndarray], held_out: Sequence[np.ndarray],
                  mixture: Sequence[float], tokens: int, order: int, vocab: int) -> np.ndarray:
   """Each source's held-out loss ``[S]`` under one count model of the first ``round(mixture_s *
   tokens)`` (at least 1) training tokens of every source."""
-  segments = [t[:max(1, int(round(w * tokens)))] for t, w in zip(train, mixture)]
-  model = CountModel(segments, order, vocab)
+  model = CountModel(probe_segments(train, mixture, tokens), order, vocab)
   return np.array([model.log_loss(h) for h in held_out])
 
 
@@ -167,7 +172,7 @@ def source_aware_losses(train: Sequence[np.ndarray], held_out: Sequence[np.ndarr
   training tokens alone whose every level backs off, in the end, to the pooled model of every
   source's tokens (``CountModel.token_probs`` with ``base``: the pooled model's order-``order``
   probabilities of the same tokens in the same contexts)."""
-  segments = [t[:max(1, int(round(w * tokens)))] for t, w in zip(train, mixture)]
+  segments = probe_segments(train, mixture, tokens)
   pooled = CountModel(segments, order, vocab)
   return np.array([-np.log(CountModel([seg], order, vocab).token_probs(
       h, base=pooled.token_probs(h))).mean() for seg, h in zip(segments, held_out)])
