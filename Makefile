@@ -13,9 +13,6 @@ TORCH  ?= torch==2.13.0
 WORKDIR ?= runs/tiny
 CONFIG  ?= experiments/tiny.py
 ARGS    ?=
-# pytest-xdist workers for make test: one per core, as the suite is mostly single-threaded compiles;
-# the tests that start several cooperating processes run afterwards, alone. JOBS=0: all in one process.
-JOBS    ?= auto
 
 .PHONY: demo test bench notebooks clean
 
@@ -33,8 +30,7 @@ demo: $(VENV)/.base
 	$(PY) -m andrea_jax.main --config=$(CONFIG) --workdir=$(WORKDIR) $(ARGS)
 
 test: $(VENV)/.test
-	$(PY) -m pytest -q -n $(JOBS) --maxprocesses 8 --dist worksteal -m "not multiprocess" $(ARGS)
-	$(PY) -m pytest -q -m multiprocess $(ARGS) || [ $$? -eq 5 ]   # 5: ARGS selected none of them
+	$(PY) -m pytest -q $(ARGS)
 
 bench: $(VENV)/.test
 	$(PIP) install -q -e ".[bench]"

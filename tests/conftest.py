@@ -15,24 +15,16 @@ import pytest
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
-# One XLA compilation cache for the whole run, shared with the processes the tests start and with
-# pytest-xdist's workers: the suite builds the same small training and evaluation programs in test
-# after test, and compiling them, not running them, is most of its time on 2 CPU cores. A fresh
-# directory per run, so a test never reads what an older jax or an edited model compiled; made by
-# the first pytest process (xdist's controller, which starts the workers after loading this file)
-# and removed by it at exit. A size bound turns on jax's file lock, so two processes never read an
-# entry while another writes it.
-_XLA_CACHE = os.environ.get("ANDREA_JAX_TEST_XLA_CACHE")
-if _XLA_CACHE is None:
-  _XLA_CACHE = tempfile.mkdtemp(prefix="andrea_jax_test_xla_cache_")
-  os.environ["ANDREA_JAX_TEST_XLA_CACHE"] = _XLA_CACHE
-  atexit.register(shutil.rmtree, _XLA_CACHE, ignore_errors=True)
+# One XLA compilation cache for the whole run, shared with the processes the tests start: the suite
+# builds the same small training and evaluation programs in test after test, and compiling them,
+# not running them, is most of its time on 2 CPU cores. A fresh directory per run, so a test never
+# reads what an older jax or an edited model compiled.
+_XLA_CACHE = tempfile.mkdtemp(prefix="andrea_jax_test_xla_cache_")
 os.environ["JAX_COMPILATION_CACHE_DIR"] = _XLA_CACHE
 os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
-os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(8 << 30)
 jax.config.update("jax_compilation_cache_dir", _XLA_CACHE)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-jax.config.update("jax_compilation_cache_max_size", 8 << 30)
+atexit.register(shutil.rmtree, _XLA_CACHE, ignore_errors=True)
 
 hypothesis.settings.register_profile("repeatable", derandomize=True)
 hypothesis.settings.register_profile("explore", derandomize=False)

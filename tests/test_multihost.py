@@ -90,7 +90,6 @@ def test_maybe_initialize_validates_before_connecting(monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.multiprocess
 def test_two_processes_equal_one_and_resume_after_both_are_killed(tmp_path, tmp_path_factory,
                                                                   data_cache):
   c = reference_config()

@@ -141,7 +141,6 @@ def test_one_device_mesh_holds_the_whole_batch():
 
 
 @pytest.mark.slow
-@pytest.mark.multiprocess
 def test_eight_devices_train_like_one_for_every_mesh(tmp_path, tmp_path_factory, data_cache):
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=8",
              JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax_cache"))   # the report's init: cached
