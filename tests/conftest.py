@@ -25,6 +25,13 @@ os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 jax.config.update("jax_compilation_cache_dir", _XLA_CACHE)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 atexit.register(shutil.rmtree, _XLA_CACHE, ignore_errors=True)
+# And compiled with jax's "try not to do much optimization work" (LLVM at -O0, its expensive passes
+# off; XLA's own graph passes unchanged), here and in the processes the tests start: the programs
+# are tiny and run for a few steps, so the time LLVM spends optimising them is never won back (a
+# third of the suite's CPU time on 2 cores). Every comparison in the suite is between programs
+# compiled the same way; users' runs keep the full optimisation.
+os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
+jax.config.update("jax_disable_most_optimizations", True)
 
 hypothesis.settings.register_profile("repeatable", derandomize=True)
 hypothesis.settings.register_profile("explore", derandomize=False)
