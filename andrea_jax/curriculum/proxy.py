@@ -28,7 +28,7 @@ about a point of the steps, within the seeds' spread (``bench/RESULTS.md``, "A p
 target's size"). Sharpening the mixture (``elasticity_mixture(b, power=1.5)``) with the fit
 made at the target's size took the uniform mixture's final loss from 19.4% to 23.4% fewer steps
 at 0.13M (nine seeds) and from 20.6% to 22.1% at 0.85M (three; 22.9% over six), and gave a 2.76M
-model 18.9% (eight seeds) from fits at two sizes read at its size (17.8% unsharpened, unpaired);
+model 18.7% (nine seeds) from fits at two sizes read at its size (17.8% unsharpened, unpaired);
 the 0.13M fit alone, sharpened, gave 20.2% at 0.85M and 17.4% at 2.76M ("Power 1.5 at every
 size").
 
