@@ -221,3 +221,29 @@ def test_polish_region_excluded_sources_get_exactly_zero(maybe_jit):
 def test_unknown_method_is_rejected():
   with pytest.raises(ValueError, match="'bisect'"):
     project(jnp.zeros(3), jnp.zeros(3), jnp.ones(3), method="bisect")
+
+
+@pytest.mark.parametrize("method", ["pairwise", "sort"])
+def test_bounds_outside_the_unit_interval_and_infinite_by_hand(method):
+  # Worked by hand: every coordinate free, so w = x + (1 - sum x) / n.
+  f = lambda x, l, u: np.asarray(project(jnp.array(x), jnp.array(l), jnp.array(u), method=method))
+  with jax.enable_x64(True):
+    # Floors below 0 and |x| > 8 (the large-input path): tau = (1 - 9) / 3; and (1 - 20) / 3.
+    np.testing.assert_allclose(f([9.0, 0, 0], [-10.0] * 3, [10.0] * 3), [19 / 3, -8 / 3, -8 / 3],
+                               atol=1e-12)
+    np.testing.assert_allclose(f([20.0, 0, 0], [-10.0] * 3, [10.0] * 3), [10, -4.5, -4.5],
+                               atol=1e-12)
+    inf = np.inf
+    np.testing.assert_allclose(f([0.2, 0.5, 0.1], [0.0] * 3, [inf] * 3),
+                               [0.2 + 0.2 / 3, 0.5 + 0.2 / 3, 0.1 + 0.2 / 3], atol=1e-12)
+    np.testing.assert_allclose(f([1.0, 2, 3], [-inf] * 3, [inf] * 3), [-2 / 3, 1 / 3, 4 / 3],
+                               atol=1e-12)
+    # Ceilings of 1, no floors: the third coordinate at its ceiling, tau = -1.5 for the others.
+    np.testing.assert_allclose(f([1.0, 2, 3], [-inf] * 3, [1.0] * 3), [-0.5, 0.5, 1], atol=1e-12)
+    # A floor of 0.2 that binds and a ceiling of 0.5 that does not, next to infinite bounds:
+    # w_2 = 0.6 at its ceiling, w_0 = 0.3 + tau, w_1 = 0.1 + tau with tau = 0 (sum 1).
+    np.testing.assert_allclose(f([0.3, 0.1, 5.0], [0.0, -inf, 0.2], [inf, 0.5, 0.6]),
+                               [0.3, 0.1, 0.6], atol=1e-12)
+  # The sort path is the default past n = 128: 200 equal coordinates, no ceiling.
+  w = np.asarray(project(jnp.zeros(200), jnp.zeros(200), jnp.full(200, jnp.inf), method=method))
+  np.testing.assert_allclose(w, 0.005, atol=1e-7)

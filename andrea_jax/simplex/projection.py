@@ -31,8 +31,10 @@ through the root, so ``tau`` stays exact to rounding.
 
 Large inputs (``|x| > 8``, up to the largest float, infinities included) would cancel in
 ``x + tau``; they are first shifted by an anchor, one of the ``x_k``, so that the root lies in
-``[-1, 1]`` and every number is of order 1 (see :func:`_anchored`). A NaN in a point makes the
-whole point NaN: it is never hidden.
+``[-1, 1]`` and every number is of order 1 (see :func:`_anchored`); this needs bounds in
+``[0, 1]``, a mixture's, and a row with other bounds keeps its ``x`` (exact to rounding relative
+to ``|x|``). Infinite bounds (a floor of ``-inf``, a ceiling of ``+inf``) are allowed in both
+methods. A NaN in a point makes the whole point NaN: it is never hidden.
 """
 
 from __future__ import annotations
@@ -89,10 +91,19 @@ def _anchored(x_BxN, lo_BxN, hi_BxN):
 
 
 def _moderate(x_BxN, lo_BxN, hi_BxN):
-  """``x`` when every ``|x_i| <= 8``, else :func:`_anchored` (infinities as the largest float)."""
+  """``x`` when every ``|x_i| <= 8``, else :func:`_anchored` (infinities as the largest float).
+
+  The anchoring assumes bounds in ``[0, 1]`` (a mixture's); a row with a bound outside it keeps
+  its ``x``: exact still, to rounding relative to ``|x|``.
+  """
   big = jnp.finfo(x_BxN.dtype).max
   x_BxN = jnp.clip(x_BxN, -big, big)   # +-inf: the limit of the projection; NaN stays NaN
-  return jax.lax.cond(jnp.any(jnp.abs(x_BxN) > _MODERATE), _anchored,
+  unit_Bx1 = jnp.all((lo_BxN >= 0) & (hi_BxN <= 1), axis=-1, keepdims=True)
+
+  def anchored(x, lo, hi):
+    return jnp.where(unit_Bx1, _anchored(x, lo, hi), x)
+
+  return jax.lax.cond(jnp.any(jnp.abs(x_BxN) > _MODERATE), anchored,
                       lambda x, lo, hi: x, x_BxN, lo_BxN, hi_BxN)
 
 
@@ -127,14 +138,30 @@ def _active_sort(x_BxN, lo_BxN, hi_BxN):
   order_BxT = jnp.argsort(t_BxT, axis=-1)
   t_BxT = jnp.take_along_axis(t_BxT, order_BxT, axis=-1)
   slope_BxT = jnp.cumsum(jnp.take_along_axis(step_BxT, order_BxT, axis=-1), axis=-1)
-  rise_BxT = slope_BxT[:, :-1] * jnp.diff(t_BxT, axis=-1)
-  g_BxT = jnp.sum(lo_BxN, axis=-1, keepdims=True) + jnp.concatenate(
-      [jnp.zeros_like(rise_BxT[:, :1]), jnp.cumsum(rise_BxT, axis=-1)], axis=-1)
+  # g at the breakpoints: g at the first finite one, t_0, plus the rises of the finite segments.
+  # An infinite bound puts its breakpoint at -inf (a floor of -inf: g(-inf) = -inf) or +inf (a
+  # ceiling of +inf: g(+inf) = +inf); such segments never enter the sum. With finite bounds t_0
+  # is the first breakpoint, where every coordinate is at its floor: g(t_0) = sum l.
+  finite_BxT = jnp.isfinite(t_BxT)
+  first_Bx1 = jnp.argmax(finite_BxT, axis=-1, keepdims=True)
+  t0_Bx1 = jnp.where(jnp.any(finite_BxT, axis=-1, keepdims=True),
+                     jnp.take_along_axis(t_BxT, first_Bx1, axis=-1), 0)
+  g0_Bx1 = jnp.sum(jnp.clip(x_BxN + t0_Bx1, lo_BxN, hi_BxN), axis=-1, keepdims=True)
+  segment_BxT1 = finite_BxT[:, :-1] & finite_BxT[:, 1:]
+  rise_BxT1 = jnp.where(segment_BxT1, slope_BxT[:, :-1] * jnp.diff(
+      jnp.where(finite_BxT, t_BxT, 0), axis=-1), 0)
+  climb_BxT = jnp.concatenate([jnp.zeros_like(rise_BxT1[:, :1]), jnp.cumsum(rise_BxT1, axis=-1)],
+                              axis=-1)
+  g_BxT = g0_Bx1 + climb_BxT - jnp.take_along_axis(climb_BxT, first_Bx1, axis=-1)
+  g_BxT = jnp.where(finite_BxT, g_BxT, jnp.where(t_BxT < 0, -jnp.inf, jnp.inf))
   # The consecutive breakpoints t_lo <= t_hi around g = 1; the active set of the open segment
-  # between them is the one at its midpoint.
+  # between them is the one at a point inside it (its midpoint when both ends are finite).
   k_Bx1 = jnp.clip(jnp.sum(g_BxT <= 1, axis=-1, keepdims=True), 1, 2 * n - 1)
-  t_mid_Bx1 = 0.5 * (jnp.take_along_axis(t_BxT, k_Bx1 - 1, axis=-1)
-                     + jnp.take_along_axis(t_BxT, k_Bx1, axis=-1))
+  t_lo_Bx1 = jnp.take_along_axis(t_BxT, k_Bx1 - 1, axis=-1)
+  t_hi_Bx1 = jnp.take_along_axis(t_BxT, k_Bx1, axis=-1)
+  lo_inf, hi_inf = jnp.isinf(t_lo_Bx1), jnp.isinf(t_hi_Bx1)
+  t_mid_Bx1 = jnp.where(lo_inf & hi_inf, 0, jnp.where(
+      hi_inf, t_lo_Bx1 + 1, jnp.where(lo_inf, t_hi_Bx1 - 1, 0.5 * (t_lo_Bx1 + t_hi_Bx1))))
   at_lower = x_BxN + t_mid_Bx1 <= lo_BxN
   at_upper = (x_BxN + t_mid_Bx1 >= hi_BxN) & ~at_lower
   return at_lower, at_upper
