@@ -83,6 +83,7 @@ SCALE_MIN = 1e-20
 _COUNT_MIN = 1e-30
 
 BONUS_MAX = 1e30
+_FLOAT32_MAX = 3.4028234663852886e38   # the bandit computes in float32
 """The confidence bonus is capped here, so that the index is finite for every valid parameter
 (an exploration weight up to the largest float, ``n_min`` below float32's smallest number)."""
 
@@ -133,8 +134,8 @@ class BanditParams:
         ("discount", lambda v: 0 < v <= 1, "in (0, 1]"),
         ("exploration", lambda v: v >= 0, ">= 0"),
         ("min_count", lambda v: v > 0, "> 0"),
-        ("prior_count", lambda v: v > 0, "> 0"),
-        ("reward_knee", lambda v: v > 0, "> 0"),
+        ("prior_count", lambda v: 0 < v <= _FLOAT32_MAX, "> 0 and at most float32's largest"),
+        ("reward_knee", lambda v: 0 < v <= _FLOAT32_MAX, "> 0 and at most float32's largest"),
         ("pivot_discount", lambda v: 0 <= v <= 1, "in [0, 1]"),
     )
     check_numbers("bandit", self, checks)
@@ -227,7 +228,9 @@ def rescale(progress: jax.Array, scale: jax.Array, reward_knee: float) -> jax.Ar
 
   Example: ``rescale(2e-4, 1e-4, 2.0) == 0.75``; ``rescale(-3e-4, 1e-4, 1.0) == 0.125``.
   """
-  return 0.5 * (1.0 + progress / (jnp.abs(progress) + reward_knee * jnp.maximum(scale, SCALE_MIN)))
+  den = jnp.abs(progress) + reward_knee * jnp.maximum(scale, SCALE_MIN)
+  # A knee so small that kappa sigma_min underflows leaves 0 / 0 for no progress: reward 1/2.
+  return 0.5 * (1.0 + jnp.where(den > 0, progress / jnp.where(den > 0, den, 1.0), 0.0))
 
 
 def weighted_median(x: jax.Array, weights: jax.Array) -> jax.Array:
@@ -258,7 +261,7 @@ def close_window(params: BanditParams, state: BanditState) -> BanditState:
     >>> s.last_progress  # 0.1 nats over 100 tokens, and none
     Array([0.001, 0.   ], dtype=float32)
   """
-  steps = jnp.maximum(state.win_steps, 1).astype(jnp.float32)
+  steps = jnp.maximum(state.win_steps, 1).astype(jnp.float32)   # a divisor: never 0
   observed = state.win_tokens > 0
   has_progress = observed & state.has_ref
   progress = jnp.where(
@@ -267,7 +270,9 @@ def close_window(params: BanditParams, state: BanditState) -> BanditState:
   between = jnp.maximum(0.5 * (state.ref_tokens + state.win_tokens), 1.0)
   per_step = jnp.maximum(jnp.sum(state.win_tokens), 1.0) / steps
   nu = jnp.where(has_progress, jnp.minimum(between / per_step, 4.0 * steps), 0.0)
-  decay = jnp.asarray(params.discount, jnp.float32) ** steps
+  # gamma^L over the L steps of the window: an empty window (no observe since the last close,
+  # e.g. the first decision) decays nothing.
+  decay = jnp.asarray(params.discount, jnp.float32) ** state.win_steps.astype(jnp.float32)
   z = lambda: jnp.zeros_like(state.win_tokens)
   return state.replace(
       counts=decay * state.counts + nu,

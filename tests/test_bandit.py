@@ -209,3 +209,34 @@ def test_params_are_a_pytree_and_hashable():
   assert leaves == [getattr(p, f.name) for f in dataclasses.fields(p)]
   assert jax.tree.unflatten(tree, leaves) == p
   assert hash(p) == hash(bandit.BanditParams(exploration=0.7))
+
+
+def test_a_tiny_reward_knee_keeps_rewards_finite():
+  # kappa sigma_min = 1e-30 * 1e-20 underflows to 0 in float32: no progress must still read 1/2
+  # (not 0/0), and the index of unobserved sources is the prior mean 1 plus the bonus.
+  p = bandit.BanditParams(reward_knee=1e-30)
+  s = bandit.init(3)
+  np.testing.assert_allclose(bandit.rewards(p, s), 0.5)
+  default = bandit.ucb_index(bandit.BanditParams(), s)
+  np.testing.assert_allclose(bandit.ucb_index(p, s), default)
+  # With progress, the squash saturates but stays in [0, 1].
+  r = bandit.rewards(p, _state([1.0, 1.0, 1.0], [1e-4, 0.0, -1e-4]))
+  np.testing.assert_allclose(r, [1.0, 0.5, 0.0])
+
+
+def test_parameters_beyond_float32_are_refused():
+  for field in ("prior_count", "reward_knee"):
+    with pytest.raises(ValueError, match=f"bandit.{field} must be"):
+      bandit.BanditParams(**{field: 1e300})
+
+
+def test_an_empty_window_decays_nothing():
+  # N <- gamma^L N over the L steps of the window: L = 0 leaves N as it is.
+  p = bandit.BanditParams(discount=0.5)
+  s = _state([0.5, 2.0], [1e-4, 1e-4])
+  closed = bandit.close_window(p, s)
+  np.testing.assert_array_equal(closed.counts, [0.5, 2.0])
+  np.testing.assert_array_equal(closed.progress, s.progress)
+  # One step in the window: one factor of gamma (no tokens, so no new observation).
+  one = bandit.close_window(p, s.replace(win_steps=jnp.int32(1)))
+  np.testing.assert_allclose(one.counts, [0.25, 1.0])

@@ -147,6 +147,7 @@ def test_elasticity_mixture_by_hand():
     ({"b": [0.1, np.nan]}, "finite"), ({"b": []}, "non-empty"), ({"lam": 1.5}, "lam"),
     ({"floor": 0.0}, "floor"), ({"power": 0.0}, "power must be a finite number > 0, got 0.0"),
     ({"power": np.inf}, "power"), ({"power": -1.0}, "power"),
+    ({"floor": np.inf}, "floor must be a finite number > 0, got inf"),
 ])
 def test_elasticity_mixture_refuses_bad_input(kwargs, message):
   args = {"b": [0.1, 0.2], **kwargs}
@@ -216,3 +217,11 @@ def test_proxy_schedule_for_the_whole_run_has_one_geometry():
 def test_proxy_schedule_refuses_bad_input(mixture, hold, message):
   with pytest.raises(ValueError, match=message):
     proxy.proxy_schedule(mixture, num_steps=100, hold=hold, sources=SOURCES)
+
+
+def test_proxy_schedule_refuses_the_second_geometrys_name():
+  with pytest.raises(ValueError, match="name 'uniform' is the second geometry's"):
+    proxy.proxy_schedule(np.full(16, 1 / 16), num_steps=100, name="uniform")
+  # Held for the whole run there is no second geometry: the name is free.
+  assert list(proxy.proxy_schedule(np.full(16, 1 / 16), 100, hold=1.0, name="uniform")) == [
+      "uniform"]

@@ -175,3 +175,17 @@ def test_half_precision_points_are_judged_as_float32():
   for dtype in (jnp.float16, jnp.bfloat16):
     assert not r.contains(jnp.asarray(off_16, dtype)), dtype     # 0.66 < 0.7
     assert r.contains(jnp.asarray(off_16, dtype), atol=0.1), dtype   # loosened knowingly
+
+
+def test_is_feasible_allows_the_rounding_of_its_dtype():
+  # Ten floors of 0.1: exactly 1 in exact arithmetic, 1.0000001 summed in float32.
+  r = Region.from_bounds({s: 0.1 for s in SOURCES[:10]})
+  lower = jnp.asarray(r.lower, jnp.float32)
+  assert float(jnp.sum(lower)) > 1   # the rounding this test is about
+  assert bool(is_feasible(lower, jnp.asarray(r.upper, jnp.float32)))
+  assert bool(jax.jit(is_feasible)(lower, jnp.asarray(r.upper, jnp.float32)))
+  # A real excess is still refused, at either default tolerance and at an explicit one.
+  assert not bool(is_feasible(lower * 1.001, jnp.asarray(r.upper, jnp.float32)))
+  assert not bool(is_feasible(jnp.array([0.5, 0.5 + 1e-6]), jnp.ones(2), atol=0.0))
+  with jax.enable_x64(True):
+    assert not bool(is_feasible(jnp.array([0.5, 0.5 + 1e-9], jnp.float64), jnp.ones(2)))

@@ -261,3 +261,30 @@ def test_bounds_gathered_from_a_table_inside_a_jitted_scan():
   for step, wi in enumerate(np.asarray(w)):
     lower, upper = (np.asarray(t[step % 3]) for t in (table_lower, table_upper))
     assert_inside(wi[None], lower, upper)
+
+
+def test_chain_mixes_in_a_thin_region():
+  # One source capped at 1e-4: the region is, to 1e-4, the segment w_1 + w_2 = 1, on which w_1 is
+  # uniform on [0, 1] (the law, worked out by hand: the thin coordinate's share of the volume is
+  # uniform too). Both sides reject almost everything (acceptance 1e-4 and 2e-4), so auto runs
+  # the chain at its default length.
+  w, info = sample_uniform(jax.random.key(0), jnp.zeros(3), jnp.array([1e-4, 1.0, 1.0]), 2000)
+  w = np.asarray(w, np.float64)
+  assert int(info.path) == 2
+  assert w[:, 0].max() <= 1e-4 and np.abs(w.sum(1) - 1).max() < 1e-6
+  assert stats.kstest(w[:, 1], "uniform").pvalue > ALPHA
+  assert stats.kstest(w[:, 0] / 1e-4, "uniform").pvalue > ALPHA
+
+
+def test_acceptance_probabilities_of_a_batch_are_per_region():
+  # Region 0 by hand: H >= 0.5, D <= 0.25. Floor side 1 - (1/2)^2 = 0.75. Ceiling side: mass
+  # sum u - 1 = 1.25 over caps (0.5, 1, 0.25), ratios (0.4, 0.8, 0.2), by inclusion-exclusion
+  # 1 - (0.6^2 + 0.2^2 + 0.8^2) + (1 - 0.6)^2 = 1 - 1.04 + 0.16 = 0.12. Region 1, the plain
+  # simplex: floor side 1; ceiling side mass 2 over caps (1, 1, 1): 1 - 3 (1/2)^2 = 0.25.
+  lower = jnp.array([[0.5, 0, 0], [0, 0, 0]])
+  upper = jnp.array([[1.0, 1, 0.25], [1, 1, 1]])
+  p_floor, p_ceiling = acceptance_probabilities(lower, upper)
+  np.testing.assert_allclose(p_floor, [0.75, 1.0], atol=1e-6)
+  np.testing.assert_allclose(p_ceiling, [0.12, 0.25], atol=1e-6)
+  one = [acceptance_probabilities(lower[k], upper[k]) for k in range(2)]
+  np.testing.assert_allclose(p_ceiling, [o[1] for o in one], atol=1e-7)

@@ -135,3 +135,12 @@ def test_vertices_of_a_single_point_and_of_an_empty_region():
   assert vertices([0.7, 0.7], [1, 1]).shape == (0, 2)
   with pytest.raises(ValueError, match="k = 21"):
     vertices(np.zeros(21), np.ones(21))
+
+
+def test_greedy_vertex_never_hides_a_nan_score():
+  w = greedy_vertex(jnp.array([0.0, 0, 1, jnp.nan]), jnp.zeros(4), jnp.ones(4))
+  assert np.isnan(np.asarray(w)).all()
+  # One NaN row in a batch spoils only its own row.
+  w = greedy_vertex(jnp.array([[0.0, jnp.nan, 1], [0.0, 2, 1]]), jnp.zeros(3), jnp.ones(3))
+  assert np.isnan(np.asarray(w[0])).all()
+  np.testing.assert_array_equal(w[1], [0, 1, 0])

@@ -194,8 +194,8 @@ def elasticity_mixture(b: Sequence[float], lam: float = 1.0, floor: float = 0.02
     raise ValueError(f"b must be a non-empty vector of finite numbers, got {b!r}")
   if not 0 <= lam <= 1:
     raise ValueError(f"lam must be in [0, 1], got {lam!r}")
-  if not floor > 0:
-    raise ValueError(f"floor must be > 0, got {floor!r}")
+  if not (floor > 0 and math.isfinite(floor)):
+    raise ValueError(f"floor must be a finite number > 0, got {floor!r}")
   if not (power > 0 and math.isfinite(power)):
     raise ValueError(f"power must be a finite number > 0, got {power!r}")
   w = np.maximum(b, floor)
@@ -259,6 +259,9 @@ def proxy_schedule(mixture: Sequence[float], num_steps: int, hold: float = 0.5,
   if not 0 < hold <= 1:
     raise ValueError(f"hold must be in (0, 1], got {hold!r}")
   switch = round(hold * num_steps)
+  if name == "uniform" and switch < num_steps:
+    raise ValueError("name 'uniform' is the second geometry's (the uniform part after the hold); "
+                     "give the mixture's geometry another name")
   g = ml_collections.ConfigDict()
   g[name] = geometry(name, 0, mixture=dict(zip(sources, mixture.tolist())), sources=sources)
   if switch < num_steps:

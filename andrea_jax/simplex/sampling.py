@@ -117,7 +117,8 @@ def acceptance_probabilities(lower: jax.Array, upper: jax.Array) -> tuple[jax.Ar
 
   (the set where ``y_j > c_j`` for all ``j in J`` is a copy of the simplex shrunk by
   ``1 - sum_J c_j / m``). ``p = 1`` when ``k <= 1`` or ``m = 0``. Evaluated as a ``2^n`` table
-  (``n <= 20``), jittable with traced bounds. The alternating sum cancels: exact to ~1e-14 in
+  (``n <= 20``), jittable with traced bounds; bounds ``[..., n]`` give one pair per region, ``[...]``
+  each. The alternating sum cancels: exact to ~1e-14 in
   float64, but in float32 it loses ~1e-5 absolute when many of 16 caps bind (e.g. 9e-6 for a true
   1.7e-14). That only moves the choice of path near ``min_acceptance``, never the law of the
   samples; enable float64 (``jax.enable_x64``) for precise values.
@@ -128,11 +129,17 @@ def acceptance_probabilities(lower: jax.Array, upper: jax.Array) -> tuple[jax.Ar
   """
   lower, upper = jnp.asarray(lower), jnp.asarray(upper)
   dtype = jnp.result_type(lower, upper, jnp.float32)
-  lower, upper = lower.astype(dtype), upper.astype(dtype)
-  if lower.shape[-1] > _MAX_N:
-    raise ValueError(f"acceptance_probabilities enumerates 2^n subsets; n = {lower.shape[-1]} "
+  shape = jnp.broadcast_shapes(lower.shape, upper.shape)
+  if not shape:
+    raise ValueError("lower and upper must be [..., n], got scalars")
+  lower, upper = (jnp.broadcast_to(a.astype(dtype), shape) for a in (lower, upper))
+  if shape[-1] > _MAX_N:
+    raise ValueError(f"acceptance_probabilities enumerates 2^n subsets; n = {shape[-1]} "
                      f"is more than {_MAX_N}")
-  return _acceptance(lower, upper)
+  f = _acceptance
+  for _ in range(len(shape) - 1):   # a leading batch of regions: one pair per region
+    f = jax.vmap(f)
+  return f(lower, upper)
 
 
 @jax.jit  # one compiled program per shape for eager calls; inlined inside a user's jit
@@ -184,33 +191,39 @@ def _reject(key, side, run, lower, upper, free, num, batch, max_rounds):
 
 
 def _hit_and_run(key, lower, upper, free, num, steps, active):
-  """``num`` independent hit-and-run chains of ``steps`` moves (none unless ``active``)."""
+  """``num`` independent hit-and-run chains of ``steps`` moves (none unless ``active``).
+
+  Each move picks two distinct free coordinates ``i, j`` uniformly and moves along ``e_i - e_j``
+  to a uniform point of the chord (the interval of ``t`` that keeps ``w_i + t`` and ``w_j - t``
+  within their bounds): a random-direction hit-and-run whose directions are symmetric, so it leaves
+  the uniform law invariant. Unlike isotropic directions, these stay long in a thin region (a cap
+  of 1e-4 on one source does not shorten the moves between the others).
+  """
   n = lower.shape[-1]
-  k = jnp.sum(free)
   room = jnp.sum(upper - lower)
   theta = jnp.where(room > 0, (1 - jnp.sum(lower)) / jnp.where(room > 0, room, 1), 0)
   start = lower + theta * (upper - lower)  # interior in every free coordinate when dim > 0
+  if n < 2:   # one coordinate: the region is the point (1,)
+    return jnp.broadcast_to(start, (num, n))
   lo_1xN, hi_1xN, free_1xN = lower[None, :], upper[None, :], free[None, :]
+  two_free = jnp.sum(free) >= 2
+  rows_M = jnp.arange(num)
 
   def move(state):
     w_MxN, step = state
-    # One draw per move (fewer PRNG calls compile faster): n Gaussians by the inverse error
-    # function, as jax.random.normal does, and one uniform position on the chord.
-    u_MxN1 = jax.random.uniform(jax.random.fold_in(key, step), (num, n + 1), lower.dtype,
-                                minval=jnp.nextafter(lower.dtype.type(-1), 0), maxval=1)
-    d_MxN = jnp.where(free_1xN, jnp.sqrt(2) * jax.lax.erf_inv(u_MxN1[:, :n]), 0)
-    # Isotropic direction in the hyperplane sum = 0 of the free coordinates.
-    d_MxN = jnp.where(free_1xN, d_MxN - jnp.sum(d_MxN, -1, keepdims=True) / jnp.maximum(k, 1), 0)
-    moving = d_MxN != 0
-    safe_d = jnp.where(moving, d_MxN, 1)
-    t1, t2 = (lo_1xN - w_MxN) / safe_d, (hi_1xN - w_MxN) / safe_d
-    t_min_Mx1 = jnp.max(jnp.where(moving, jnp.minimum(t1, t2), -jnp.inf), -1, keepdims=True)
-    t_max_Mx1 = jnp.min(jnp.where(moving, jnp.maximum(t1, t2), jnp.inf), -1, keepdims=True)
-    # w is feasible, so 0 lies on the chord; clamping only absorbs rounding and the no-move case.
-    t_min_Mx1 = jnp.where(jnp.isfinite(t_min_Mx1), jnp.minimum(t_min_Mx1, 0), 0)
-    t_max_Mx1 = jnp.where(jnp.isfinite(t_max_Mx1), jnp.maximum(t_max_Mx1, 0), 0)
-    t_Mx1 = t_min_Mx1 + 0.5 * (u_MxN1[:, n:] + 1) * (t_max_Mx1 - t_min_Mx1)
-    return jnp.clip(w_MxN + t_Mx1 * d_MxN, lo_1xN, hi_1xN), step + 1
+    # One draw per move: n uniforms rank the free coordinates (the top two move), one places the
+    # point on the chord.
+    u_MxN1 = jax.random.uniform(jax.random.fold_in(key, step), (num, n + 1), lower.dtype)
+    _, ij_Mx2 = jax.lax.top_k(jnp.where(free_1xN, u_MxN1[:, :n], -1), 2)
+    i_M, j_M = ij_Mx2[:, 0], ij_Mx2[:, 1]
+    wi, wj = w_MxN[rows_M, i_M], w_MxN[rows_M, j_M]
+    t_min = jnp.maximum(lower[i_M] - wi, wj - upper[j_M])
+    t_max = jnp.minimum(upper[i_M] - wi, wj - lower[j_M])
+    # w is feasible, so 0 lies on the chord; clamping only absorbs rounding.
+    t_min, t_max = jnp.minimum(t_min, 0), jnp.maximum(t_max, 0)
+    t_M = jnp.where(two_free, t_min + u_MxN1[:, n] * (t_max - t_min), 0)
+    w_MxN = w_MxN.at[rows_M, i_M].add(t_M).at[rows_M, j_M].add(-t_M)
+    return jnp.clip(w_MxN, lo_1xN, hi_1xN), step + 1
 
   # A while_loop rather than a cond: under vmap over regions it runs as long as the region that
   # needs the most moves, and not at all when no region needs the chain.
@@ -241,7 +254,8 @@ def sample_uniform(key: jax.Array, lower: jax.Array, upper: jax.Array, num: int,
   ``min_acceptance``, and hit-and-run otherwise. Rejection proposes ``batch`` candidates per
   ``while_loop`` round for at most ``max_rounds`` rounds; samples still missing then come from the
   chain. Both are exact in law except the chain, which is a Markov chain run for ``chain_steps``
-  hit-and-run moves (uniform direction in the free hyperplane, uniform point on the chord) from
+  hit-and-run moves (two free coordinates picked uniformly trade mass: a uniform point on that
+  chord) from
   ``l + t (u - l)``, ``t = (1 - sum l) / sum(u - l)``.
 
   Jittable with traced bounds; ``num`` and the keyword arguments are Python values. One program is

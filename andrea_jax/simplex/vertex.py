@@ -21,7 +21,9 @@ def _greedy_1d(scores, lower, upper):
   taken_before = jnp.cumsum(cap_sorted) - cap_sorted  # caps of the better-scored coordinates
   fill_sorted = jnp.clip(room - taken_before, 0, cap_sorted)
   # The clip only catches l + (u - l) rounding one ulp above u.
-  return jnp.clip(lower + jnp.zeros_like(lower).at[order].set(fill_sorted), lower, upper)
+  w = jnp.clip(lower + jnp.zeros_like(lower).at[order].set(fill_sorted), lower, upper)
+  # A NaN score has no rank (the sort would put it first and give it the mass): never hidden.
+  return jnp.where(jnp.any(jnp.isnan(scores)), jnp.nan, w)
 
 
 def greedy_vertex(scores: jax.Array, lower: jax.Array, upper: jax.Array) -> jax.Array:
@@ -33,7 +35,7 @@ def greedy_vertex(scores: jax.Array, lower: jax.Array, upper: jax.Array) -> jax.
       w_pi(k) = l_pi(k) + clip(1 - sum l - sum_{j < k} (u - l)_pi(j), 0, (u - l)_pi(k)).
 
   This is the exact LP optimum (an exchange argument: moving mass from a better-scored coordinate
-  to a worse one never helps). Excluded sources (``u = l = 0``) have no room and never get mass.
+  to a worse one never helps). A NaN among the scores makes the whole point NaN. Excluded sources (``u = l = 0``) have no room and never get mass.
   One sort and one cumulative sum, no loop over coordinates; jit/vmap-safe with traced bounds.
   Leading batch axes ``[..., n]`` are broadcast explicitly and vmapped.
 
