@@ -96,8 +96,8 @@ def _read_json(path: str) -> tuple[Any, str | None]:
       return json.loads(f.read()), None
   except FileNotFoundError:
     return None, f"{path} is missing"
-  except (OSError, ValueError) as e:   # JSONDecodeError and UnicodeDecodeError are ValueErrors
-    return None, f"{path} is not valid JSON ({e})"
+  except (OSError, ValueError, RecursionError) as e:   # JSONDecodeError, UnicodeDecodeError; too deep
+    return None, f"{path} is not valid JSON ({type(e).__name__}: {e})"
 
 
 def _seal_problem(step_dir: str, seal_path: str) -> str | None:

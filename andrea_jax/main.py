@@ -51,8 +51,8 @@ def main(argv):
     # With several processes this installs JAX's preemption-service SIGTERM handler. A signal
     # recorded from here on is handed to the trainer once its own handlers are in place (never
     # dropped; with several processes passed to the service, so that all stop at the same step).
-    distributed.maybe_initialize(_CONFIG.value)
     try:
+      distributed.maybe_initialize(_CONFIG.value)   # validates the distributed section first
       runconfig.build(_CONFIG.value)   # what train_and_evaluate does first: milliseconds
     except (ValueError, TypeError) as e:
       _fail(e, kept)                   # an invalid value, before anything ran

@@ -53,12 +53,18 @@ class Run:
   mesh_shape: tuple[int, int] = (1, 1)   # (data, fsdp) devices, resolved against this machine
 
 
+# Steps, counts and sizes travel as int32 inside the compiled step.
+INT32_LIMIT = 2**31
+
+
 def _positive_int(section: str, cfg, name: str, minimum: int = 1) -> int:
   v = cfg[name]
   if isinstance(v, bool) or not isinstance(v, int):
     raise TypeError(f"{section}.{name} must be an integer, got {v!r}")
   if v < minimum:
     raise ValueError(f"{section}.{name} must be >= {minimum}, got {v}")
+  if v >= INT32_LIMIT:
+    raise ValueError(f"{section}.{name} must be below 2**31 (an int32), got {v}")
   return v
 
 
@@ -111,6 +117,26 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int | None = Non
   return ModelConfig.from_dict(fields)
 
 
+def _check_sampling(cfg: ml_collections.ConfigDict, tokenizer: str, mcfg: ModelConfig) -> None:
+  """The evaluation's samples fit the model, checked now rather than after training: ``top_k``
+  within the vocabulary, each prompt (after the end-of-document id) plus ``sample_tokens`` within
+  ``model.max_len``."""
+  if cfg.top_k > mcfg.vocab_size:
+    raise ValueError(f"eval.top_k = {cfg.top_k} exceeds the vocabulary ({mcfg.vocab_size} ids; "
+                     "0 samples from all of them)")
+  if not cfg.sample_tokens:
+    return
+  from andrea_jax import data as data_lib
+  tok = data_lib.load_tokenizer(tokenizer)
+  longest = max(cfg.prompts, key=lambda p: len(tok.encode(p)))
+  need = 1 + len(tok.encode(longest)) + cfg.sample_tokens
+  if need > mcfg.max_len:
+    raise ValueError(f"eval.sample_tokens = {cfg.sample_tokens} with the prompt {longest!r} "
+                     f"({need - cfg.sample_tokens} tokens with the end-of-document id) needs "
+                     f"{need} positions, more than model.max_len = {mcfg.max_len}; lower "
+                     "eval.sample_tokens (0 turns samples off)")
+
+
 def mesh_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """The ``mesh`` section, or its defaults (one data-parallel axis over every device) if absent."""
   return config.get("mesh") or sharding.mesh_section()
@@ -134,6 +160,7 @@ def build(config: ml_collections.ConfigDict) -> Run:
   mcfg = model_config(config)
   if config.data.seq_len > mcfg.max_len:
     raise ValueError(f"data.seq_len = {config.data.seq_len} exceeds model.max_len = {mcfg.max_len}")
+  _check_sampling(config.eval, config.data.tokenizer, mcfg)
   accum = config.optim.grad_accum_steps
   data, fsdp = sharding.mesh_shape(mesh_config(config), jax.device_count())
   batch, devices = config.data.global_batch_size, data * fsdp

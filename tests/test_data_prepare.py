@@ -3,6 +3,7 @@
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -222,6 +223,11 @@ def test_uint32_when_the_vocabulary_needs_it(tmp_path):
     ('{"text": "ok"}\n{"text": "broken\n', r"bad\.jsonl, byte 15: invalid JSON"),
     ('{"text": "ok"}\n\n{"body": "x"}\n', r"bad\.jsonl, byte 16: no field 'text'"),
     ('{"text": 3}\n', r"bad\.jsonl, byte 0: field 'text' is int, not a string"),
+    ('{"text": "ok"}\n{"text": "lone \\ud800 surrogate"}\n',
+     r"bad\.jsonl, byte 15: field 'text' holds a lone surrogate \('\\ud800' at character 5\)"),
+    ("[" * 200_000 + "\n", r"bad\.jsonl, byte 0: invalid JSON line \(RecursionError"),
+    ('{"text": "x", "n": ' + "9" * 5000 + "}\n", r"bad\.jsonl, byte 0: invalid JSON line "
+                                                 r"\(ValueError"),
 ])
 def test_bad_jsonl_names_file_and_position(tmp_path, content, match):
   (tmp_path / "bad.jsonl").write_text(content)
@@ -243,6 +249,15 @@ def test_other_bad_inputs(tmp_path):
             progress=False)
   with pytest.raises(DataError, match=r"column 'n' has type int64"):
     prepare({"chat": SourceSpec((str(tmp_path / "p.parquet"),), "parquet", "n")}, BYTES, out,
+            progress=False)
+  # A data page damaged after the footer was read (bytes 40-400 of a snappy file inverted).
+  pq.write_table(pa.table({"text": [f"document {i} " * 20 for i in range(200)]}),
+                 str(tmp_path / "damaged.parquet"), compression="snappy")
+  raw = bytearray((tmp_path / "damaged.parquet").read_bytes())
+  raw[40:400] = bytes(b ^ 0xFF for b in raw[40:400])
+  (tmp_path / "damaged.parquet").write_bytes(bytes(raw))
+  with pytest.raises(DataError, match=r"damaged\.parquet, row group 0: unreadable"):
+    prepare({"chat": SourceSpec((str(tmp_path / "damaged.parquet"),), "parquet")}, BYTES, out,
             progress=False)
   with pytest.raises(ValueError, match="unknown source 'nope'"):
     prepare({"nope": SourceSpec(("x",))}, BYTES, out, progress=False)
@@ -274,6 +289,16 @@ def test_command_line(inputs, tmp_path):
   m = json.loads((out / "manifest.json").read_text())
   assert list(m["sources"]) == ["chat", "oasst"]
   assert "prepared ['chat', 'oasst']" in proc.stdout
+  # Bad data: one error line naming the file and byte, no traceback, exit status 1.
+  (tmp_path / "bad.jsonl").write_text('{"text": "ok"}\n{"text": "broken\n')
+  proc = subprocess.run(
+      [sys.executable, "-m", "andrea_jax.data.prepare", f"--config={config}",
+       f"--out={tmp_path / 'out_bad'}", f"--config.data.files.chat.paths={tmp_path / 'bad.jsonl'}"],
+      capture_output=True, text=True, timeout=120,
+      cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  assert proc.returncode == 1
+  assert re.search(r"^error: .*bad\.jsonl, byte 15: invalid JSON line", proc.stderr, re.M)
+  assert "Traceback" not in proc.stderr
 
 
 def test_concurrent_preparations_take_turns(inputs, tmp_path):

@@ -158,3 +158,56 @@ def test_broken_manifests(prepared, tmp_path):
 
 def test_data_error_is_a_value_error():
   assert issubclass(DataError, ValueError)
+
+
+def test_a_forged_dtype_is_refused(prepared):
+  # int16 would let negative ids through (the check is only ids >= vocab), float32 fractional ones.
+  for dtype in ("int16", "float32", "uint8"):
+    m = _manifest(prepared)
+    m["dtype"] = dtype
+    for entry in m["sources"].values():
+      entry["dtype"] = dtype
+    _save(prepared, m)
+    with pytest.raises(DataError, match=rf"dtype '{dtype}', token shards are 'uint16' or "
+                                        r"'uint32'"):
+      PreparedData.open(prepared, required=SUBSET)
+
+
+def test_an_eod_id_other_than_the_tokenizers_is_refused(prepared):
+  m = _manifest(prepared)
+  m["tokenizer"]["eod_id"] = 32   # the space: documents would be split at every word
+  _save(prepared, m)
+  with pytest.raises(DataError, match=r"vocab_size 257 and eod_id 32, the run's tokenizer has 257 "
+                                      r"and 256"):
+    PreparedData.open(prepared, tokenizer=BYTES, required=SUBSET)
+  m["tokenizer"]["eod_id"] = 257  # without a tokenizer to compare with: still inside the vocab
+  _save(prepared, m)
+  with pytest.raises(DataError, match=r"eod_id 257 is not a token id below the vocabulary size"):
+    PreparedData.open(prepared, required=SUBSET)
+
+
+def test_a_shard_outside_the_directory_is_refused(prepared, tmp_path):
+  m = _manifest(prepared)
+  entry = m["sources"]["chat"]["shards"]["train"][0]
+  outside = tmp_path / "elsewhere.bin"
+  shutil.copy(prepared / entry["file"], outside)
+  for name in (str(outside), os.path.join("..", "elsewhere.bin")):
+    entry["file"] = name
+    _save(prepared, m)
+    with pytest.raises(DataError, match=r"shard .* of source 'chat' is not a path inside"):
+      PreparedData.open(prepared, required=SUBSET)
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda m: m["sources"]["chat"]["shards"].pop("eval"), "malformed manifest"),
+    (lambda m: m.update(sources=list(m["sources"])), "malformed manifest"),
+    (lambda m: m["tokenizer"].pop("fingerprint"), "malformed manifest"),
+    (lambda m: m["sources"]["chat"]["shards"]["train"][0].update(tokens=12.5),
+     r"shard 'chat.train.00000.bin' of source 'chat' has tokens 12.5, not a count"),
+])
+def test_a_malformed_manifest_is_a_data_error(prepared, edit, message):
+  m = _manifest(prepared)
+  edit(m)
+  _save(prepared, m)
+  with pytest.raises(DataError, match=r"manifest.json: " + message):
+    PreparedData.open(prepared, tokenizer=BYTES, required=SUBSET)

@@ -44,3 +44,18 @@ def test_bad_data_is_one_clear_line_naming_the_file(tmp_path):
       "held out; in a text file a line that is exactly '<|endoftext|>' separates documents, and a "
       "file without one is a single document)"), out.stderr
   assert "Traceback" not in out.stderr
+
+
+def test_a_bad_distributed_section_or_cache_dir_is_one_clear_line(tmp_path):
+  out = _main(tmp_path, "--config.distributed.coordinator_address=localhost:12345")
+  assert out.returncode == 1, out.stdout + out.stderr
+  assert out.stderr.startswith("error: distributed.coordinator_address = 'localhost:12345' needs "
+                               "num_processes"), out.stderr
+  assert "Traceback" not in out.stderr
+  a_file = tmp_path / "a_file"
+  a_file.write_text("not a directory")
+  out = _main(tmp_path, f"--config.data.cache_dir={a_file}")
+  assert out.returncode == 1, out.stdout + out.stderr
+  assert out.stderr.startswith(f"error: data.cache_dir = '{a_file}' is a file, not a directory"), \
+      out.stderr
+  assert "Traceback" not in out.stderr

@@ -340,6 +340,9 @@ def _number(field: str, value, *, integer: bool = False):
     raise TypeError(f"{field} must be {kind}, got {value!r} ({type(value).__name__})")
   if not integer and not math.isfinite(value):
     raise ValueError(f"{field} must be finite, got {value}")
+  if integer and not -2**31 <= value < 2**31:
+    raise ValueError(f"{field} must fit an int32 (steps are int32 in the compiled step), got "
+                     f"{value}")
   return value
 
 

@@ -102,6 +102,9 @@ def validate_data_config(cfg: ml_collections.ConfigDict) -> None:
     raise ValueError(f"data.builtin_scale must lie in (0, 1000], got {cfg.builtin_scale!r}")
   if not cfg.cache_dir:
     raise ValueError("data.cache_dir is empty")
+  cache = os.path.expanduser(cfg.cache_dir)
+  if os.path.exists(cache) and not os.path.isdir(cache):
+    raise ValueError(f"data.cache_dir = {cfg.cache_dir!r} is a file, not a directory")
   if cfg.prepared_dir and not os.path.isdir(os.path.expanduser(cfg.prepared_dir)):
     raise ValueError(f"data.prepared_dir: no directory {cfg.prepared_dir!r}")
   if not 0.0 <= _number(cfg, "eval_fraction") <= 0.5:

@@ -71,7 +71,7 @@ def read_manifest(path: str) -> dict[str, Any]:
   try:
     with open(file, "rb") as f:
       manifest = json.loads(f.read())
-  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+  except (ValueError, RecursionError) as e:   # JSONDecodeError, UnicodeDecodeError; too deep
     raise DataError(f"{file} is not valid JSON ({e})") from e
   version = manifest.get("format_version") if isinstance(manifest, dict) else None
   if version != FORMAT_VERSION:

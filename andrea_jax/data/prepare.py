@@ -11,6 +11,7 @@ A second run into the same ``--out`` redoes only the sources whose inputs change
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 from absl import app, flags
@@ -28,9 +29,16 @@ def main(argv: Sequence[str]) -> None:
   del argv
   cfg, out = flags.FLAGS.config, flags.FLAGS.out
   data = cfg.data if "data" in cfg else cfg
-  validate_data_config(data)
-  tok = load_tokenizer(data.tokenizer)
-  result = prepare_from_config(data, tok, out, progress=True)
+  try:
+    validate_data_config(data)
+    tok = load_tokenizer(data.tokenizer)
+    result = prepare_from_config(data, tok, out, progress=True)
+  except (ValueError, TypeError) as e:   # DataError included: the message names file and byte
+    if flags.FLAGS["verbosity"].present:
+      raise
+    print(f"error: {e}\n(finished sources in {out} are kept; --verbosity=0 shows the traceback)",
+          file=sys.stderr)
+    sys.exit(1)
   m = result.manifest
   print(f"{out}: tokenizer {m['tokenizer']['name']}, dtype {m['dtype']}; prepared "
         f"{list(result.prepared)}, already finished {list(result.skipped)}")

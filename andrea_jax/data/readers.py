@@ -151,13 +151,19 @@ def _read_jsonl(unit: WorkUnit) -> list[str]:
       continue
     try:
       record = json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-      raise DataError(f"{where}: invalid JSON line ({e})") from e
+    except (ValueError, RecursionError) as e:   # bad JSON or UTF-8, too deep, a huge integer
+      raise DataError(f"{where}: invalid JSON line ({type(e).__name__}: {e})") from e
     if not isinstance(record, dict) or unit.text_field not in record:
       raise DataError(f"{where}: no field {unit.text_field!r} in the JSON record")
     text = record[unit.text_field]
     if not isinstance(text, str):
       raise DataError(f"{where}: field {unit.text_field!r} is {type(text).__name__}, not a string")
+    if b"\\u" in line:   # only a \u escape can make a lone surrogate, which UTF-8 cannot hold
+      try:
+        text.encode("utf-8")
+      except UnicodeEncodeError as e:
+        raise DataError(f"{where}: field {unit.text_field!r} holds a lone surrogate "
+                        f"({text[e.start]!r} at character {e.start}), not text") from e
     if text:
       docs.append(text)
   return docs
@@ -186,11 +192,14 @@ def _read_parquet(unit: WorkUnit) -> list[str]:
   import pyarrow as pa
   import pyarrow.parquet as pq
 
-  pf = pq.ParquetFile(unit.path)
-  names = pf.schema_arrow.names
-  if unit.text_field not in names:
-    raise DataError(f"{unit.path}: no column {unit.text_field!r} (columns: {names})")
-  column = pf.read_row_group(unit.start, columns=[unit.text_field]).column(0)
+  try:
+    pf = pq.ParquetFile(unit.path)
+    names = pf.schema_arrow.names
+    if unit.text_field not in names:
+      raise DataError(f"{unit.path}: no column {unit.text_field!r} (columns: {names})")
+    column = pf.read_row_group(unit.start, columns=[unit.text_field]).column(0)
+  except (OSError, pa.ArrowException) as e:   # a corrupt page: bad compression, bad encoding
+    raise DataError(f"{unit.path}, row group {unit.start}: unreadable ({e})") from e
   if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
     raise DataError(f"{unit.path}: column {unit.text_field!r} has type {column.type}, not string")
   return [t for t in column.to_pylist() if t]

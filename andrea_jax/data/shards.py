@@ -102,6 +102,15 @@ class PreparedData:
       raise DataError(f"required sources {unknown_required} are not among the run's sources")
     manifest = mf.read_manifest(path)
     where = os.path.join(path, mf.MANIFEST)
+    try:
+      return cls._open_manifest(path, manifest, where, tokenizer, sources, required, verify)
+    except (KeyError, TypeError, AttributeError, IndexError) as e:
+      # A hand-edited or foreign manifest: a key missing, a list where a mapping should be, ...
+      raise DataError(f"{where}: malformed manifest ({type(e).__name__}: {e}); prepare the data "
+                      "again") from e
+
+  @classmethod
+  def _open_manifest(cls, path, manifest, where, tokenizer, sources, required, verify):
     tok_info = manifest["tokenizer"]
     if tokenizer is not None and tokenizer.fingerprint != tok_info["fingerprint"]:
       raise DataError(
@@ -109,6 +118,15 @@ class PreparedData:
           f"{tok_info['fingerprint'][:16]}...), the run uses {tokenizer.name!r} (fingerprint "
           f"{tokenizer.fingerprint[:16]}...); prepare the data again with the run's tokenizer")
     vocab_size = tokenizer.vocab_size if tokenizer is not None else int(tok_info["vocab_size"])
+    eod_id = tok_info["eod_id"]
+    if tokenizer is not None and (tok_info["vocab_size"], eod_id) != (tokenizer.vocab_size,
+                                                                     tokenizer.eod_id):
+      raise DataError(f"{where}: vocab_size {tok_info['vocab_size']!r} and eod_id {eod_id!r}, the "
+                      f"run's tokenizer has {tokenizer.vocab_size} and {tokenizer.eod_id}; "
+                      "prepare the data again")
+    if isinstance(eod_id, bool) or not isinstance(eod_id, int) or not 0 <= eod_id < vocab_size:
+      raise DataError(f"{where}: eod_id {eod_id!r} is not a token id below the vocabulary size "
+                      f"{vocab_size}")
     unknown = [s for s in manifest["sources"] if s not in sources]
     if unknown:
       raise DataError(f"{where}: sources {unknown} are not among the run's sources {list(sources)}")
@@ -120,10 +138,10 @@ class PreparedData:
       if entry.get("tokens", {}).get("train", 0) == 0:
         raise DataError(f"{where}: required source {s!r} has 0 training tokens"
                         + _why_no_training_tokens(entry))
-    try:
-      dtype = np.dtype(manifest["dtype"]).newbyteorder("<")
-    except TypeError as e:
-      raise DataError(f"{where}: unknown dtype {manifest['dtype']!r}") from e
+    if manifest["dtype"] not in ("uint16", "uint32"):   # unsigned: no negative token id
+      raise DataError(f"{where}: dtype {manifest['dtype']!r}, token shards are 'uint16' or "
+                      "'uint32'")
+    dtype = np.dtype(manifest["dtype"]).newbyteorder("<")
     shards = {}
     for s, entry in manifest["sources"].items():
       missing = [k for k in ("dtype", "tokenizer", "tokens", "shards") if k not in entry]
@@ -138,7 +156,16 @@ class PreparedData:
       for split in mf.SPLITS:
         maps = []
         for shard in entry["shards"][split]:
-          file = os.path.join(path, shard["file"])
+          name = shard["file"]
+          if (not isinstance(name, str) or os.path.isabs(name)
+              or os.path.normpath(name).split(os.sep)[0] == os.pardir):
+            raise DataError(f"{where}: shard {name!r} of source {s!r} is not a path inside "
+                            f"{path}")
+          count = shard["tokens"]
+          if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise DataError(f"{where}: shard {name!r} of source {s!r} has tokens {count!r}, not a "
+                            "count")
+          file = os.path.join(path, name)
           if not os.path.isfile(file):
             raise DataError(f"shard {file} of source {s!r} is missing")
           expected = shard["tokens"] * dtype.itemsize

@@ -237,7 +237,16 @@ def breakages() -> st.SearchStrategy[Breakage]:
       _int_field("eval.every", 0),
       _int_field("eval.sequences_per_source", 1),
       _int_field("eval.sample_tokens", 0),
-      _int_field("eval.top_k", 0),
+      # The longest prompts, "The " and "def " (4 bytes and the end-of-document id), and 60 new
+      # tokens are 65 positions: more than max_len 64. Refused before training, not after it.
+      _one("cross-field", "eval.sample_tokens", st.integers(60, 10**6)),
+      _int_field("eval.top_k", 0, 257),   # more than the 257 byte ids
+      # Steps and counts are int32 in the compiled step.
+      *[_one("out of range / negative size", path, st.integers(2**31, 2**70))
+        for path in ("train.num_steps", "train.log_every", "eval.every",
+                     "curriculum.phase_max_steps")],
+      _one("out of range / negative size", "curriculum.geometries.v3_polish.start_step",
+           st.integers(2**31, 2**70), expect="v3_polish"),
       _float_field("eval.temperature", 0, math.inf, low_open=True),
       _one("wrong type", "eval.prompts", st.one_of(
           st.text(max_size=5), st.integers(), st.none(),

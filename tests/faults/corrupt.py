@@ -167,6 +167,11 @@ def _seal_entry_malformed(step_dir):
   return r"malformed entry for 'state/_METADATA'"
 
 
+def _seal_too_deep(step_dir):
+  (step_dir / ckpt_lib.SEAL).write_text("[" * 100_000)   # json.loads recurses once per bracket
+  return r"andrea_checksums\.json is not valid JSON \(RecursionError"
+
+
 def _bad_json(rel):
   def forge(step_dir):
     path = step_dir / rel
@@ -235,6 +240,7 @@ UNTRUSTED = {
     "seal names a path outside": _seal_escape,
     "seal malformed": _seal_malformed,
     "seal entry malformed": _seal_entry_malformed,
+    "seal nested 100,000 deep": _seal_too_deep,
     "malformed state/_METADATA": _bad_json("state/_METADATA"),
     "malformed meta/metadata": _bad_json("meta/metadata"),
     "malformed _CHECKPOINT_METADATA": _bad_json("_CHECKPOINT_METADATA"),
@@ -368,6 +374,15 @@ def _data_bad_json(path, rng):
   return rf"{_e(path / 'manifest.json')} is not valid JSON"
 
 
+def _data_signed_dtype(path, rng):
+  m = _manifest(path)
+  m["dtype"] = "int16"   # would let negative token ids through
+  for entry in m["sources"].values():
+    entry["dtype"] = "int16"
+  _write_manifest(path, m)
+  return rf"{_e(path / 'manifest.json')}: dtype 'int16', token shards are 'uint16' or 'uint32'"
+
+
 def _data_other_tokenizer(path, rng):
   m = _manifest(path)
   m["tokenizer"]["fingerprint"] = "f" * 64
@@ -390,4 +405,5 @@ HOSTILE_DATA = {
     "manifest: unknown source": _data_unknown_source,
     "manifest: malformed JSON": _data_bad_json,
     "manifest: another tokenizer": _data_other_tokenizer,
+    "manifest: a signed dtype": _data_signed_dtype,
 }
