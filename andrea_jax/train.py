@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -130,6 +131,51 @@ class _Signals:
     self._old = {}
 
 
+# Fields a resumed run may change without changing what it computes: when and how it stops,
+# logs, evaluates and checkpoints, and where its data and devices come from.
+RESUME_FREE = ("train.stop_step", "train.log_every", "train.progress_bar", "train.plot",
+               "train.tensorboard", "train.checkpoint_every", "train.keep_checkpoints", "eval.",
+               "data.workers", "data.cache_dir", "data.prefetch", "data.verify", "mesh.",
+               "distributed.")
+
+
+def config_changes(saved: dict | None, current: dict) -> list[str]:
+  """``"field: old -> new"`` for each field that differs between the config a checkpoint was saved
+  under and the resuming one, outside :data:`RESUME_FREE` (a field only one side has counts too);
+  ``[]`` when the checkpoint holds no config.
+
+  Example: ``config_changes({"seed": 0}, {"seed": 7})`` is ``["seed: 0 -> 7"]``.
+  """
+  if not isinstance(saved, dict):
+    return []
+
+  def flat(d, prefix=""):
+    out = {}
+    for k, v in d.items():
+      if isinstance(v, dict) and v:
+        out.update(flat(v, f"{prefix}{k}."))
+      else:
+        out[f"{prefix}{k}"] = v
+    return out
+
+  old, new = flat(saved), flat(current)
+  missing = object()
+  out = []
+  for key in sorted(set(old) | set(new)):
+    if any(key == free or (free.endswith(".") and key.startswith(free)) for free in RESUME_FREE):
+      continue
+    a, b = old.get(key, missing), new.get(key, missing)
+    # Through JSON a tuple comes back a list: compare the values as JSON would.
+    if isinstance(a, tuple):
+      a = list(a)
+    if isinstance(b, tuple):
+      b = list(b)
+    if a != b:
+      out.append(f"{key}: {'(absent)' if a is missing else repr(a)} -> "
+                 f"{'(absent)' if b is missing else repr(b)}")
+  return out
+
+
 def _honour_signals(train_fn):
   """Hold the SIGTERM/SIGINT handlers for the whole run, not only its loop: a signal during
   start-up stops the run at its first step boundary (with a checkpoint), and one during the final
@@ -211,8 +257,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
       lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state))
   start = 0
   if restored is not None:
-    start, state, _ = restored
+    start, state, meta = restored
     print(f"resuming from step {start} ({checkpoints.directory}/{start})")
+    changed = config_changes(meta.get("config") if isinstance(meta, dict) else None,
+                             config.to_dict())
+    if changed and is_main:
+      print(f"warning: the checkpoint at step {start} was saved under another configuration: "
+            f"{'; '.join(changed)}. The run goes on with the new values; it is not the "
+            "uninterrupted run of either config", file=sys.stderr)
   elif is_main:
     print(f"starting from step 0 (no checkpoint in {checkpoints.directory})")
   num_steps = config.train.num_steps
