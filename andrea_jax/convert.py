@@ -93,6 +93,13 @@ def to_hf_state_dict(params: PyTree, config: ModelConfig) -> dict[str, np.ndarra
     >>> hf_model.load_state_dict({k: torch.from_numpy(v) for k, v in sd.items()})
   """
   expected = jax.eval_shape(init_params, config, jax.random.key(0))
+  paths = lambda tree: {"/".join(str(getattr(k, "key", k)) for k in kp)
+                        for kp, _ in jax.tree_util.tree_flatten_with_path(tree)[0]}
+  extra = sorted(paths(params) - paths(expected))
+  if extra:   # a 4-layer tree under a 2-layer config would otherwise export a truncated model
+    raise ValueError(f"params has parameter(s) the config does not name: {extra[:4]}"
+                     f"{' ...' if len(extra) > 4 else ''}; pass the config the params were made "
+                     "with")
   out = {}
   for hf, path in _name_map(config).items():
     try:
@@ -227,4 +234,10 @@ def load_safetensors(path: str | os.PathLike, config: ModelConfig) -> PyTree:
       if key in theirs and theirs[key] != ours[key]:
         raise ValueError(f"{config_file}: {key}={theirs[key]!r} but the ModelConfig gives "
                          f"{ours[key]!r}")
+    # Attention variants GPT-2's config allows and this model does not compute.
+    for key, ours_value in (("scale_attn_weights", True),
+                            ("scale_attn_by_inverse_layer_idx", False)):
+      if key in theirs and theirs[key] != ours_value:
+        raise ValueError(f"{config_file}: {key}={theirs[key]!r}; this model's attention has "
+                         f"{key}={ours_value!r} (the weights would load and compute other logits)")
   return from_hf_state_dict(safetensors.numpy.load_file(file), config)

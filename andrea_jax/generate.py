@@ -8,8 +8,11 @@ jittable with ``max_new_tokens``, ``top_k`` and ``greedy`` static.
 
 from __future__ import annotations
 
+import numbers
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from andrea_jax.model import ModelConfig, PyTree, Transformer
 
@@ -23,24 +26,41 @@ def init_cache(config: ModelConfig, batch_size: int) -> PyTree:
   return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
 
+def _check_temperature(temperature) -> None:
+  """``ValueError`` unless a concrete ``temperature`` is a finite number > 0 (a traced one is
+  checked inside: see :func:`sample_logits`)."""
+  if isinstance(temperature, jax.core.Tracer):
+    return
+  t = np.asarray(temperature)
+  if t.size != 1 or not np.issubdtype(t.dtype, np.number) or not (np.isfinite(t) and t > 0):
+    raise ValueError(f"temperature must be a finite number > 0; got {temperature!r}")
+
+
 def sample_logits(logits_BxV: jax.Array, key: jax.Array, *, temperature: float = 1.0,
                   top_k: int | None = None, greedy: bool = False) -> jax.Array:
   """Draws one token id per row ``[B]`` from ``softmax(logits / temperature)``.
 
   ``greedy`` takes the argmax; ``top_k`` restricts the draw to the ``k`` largest logits (the draw is
-  then ``softmax(top_k_logits / temperature)`` over exactly those ids).
+  then ``softmax(top_k_logits / temperature)`` over exactly those ids). A concrete temperature that
+  is not a finite number > 0 raises ``ValueError``; a traced one (inside ``jit``) cannot, and gives
+  the id ``-1``, which no vocabulary holds, rather than a plausible token.
 
   Example:
     >>> sample_logits(jnp.array([[0., 5., 1.]]), key, top_k=1)   # [1]
   """
   if greedy:
     return jnp.argmax(logits_BxV, axis=-1).astype(jnp.int32)
-  logits_BxV = logits_BxV.astype(jnp.float32) / temperature
+  _check_temperature(temperature)
+  t = jnp.asarray(temperature, jnp.float32)
+  valid = jnp.isfinite(t) & (t > 0)
+  logits_BxV = logits_BxV.astype(jnp.float32) / jnp.where(valid, t, 1.0)
   if top_k is None:
-    return jax.random.categorical(key, logits_BxV, axis=-1).astype(jnp.int32)
-  top_BxK, ids_BxK = jax.lax.top_k(logits_BxV, top_k)
-  choice_B = jax.random.categorical(key, top_BxK, axis=-1)
-  return jnp.take_along_axis(ids_BxK, choice_B[:, None], axis=-1)[:, 0].astype(jnp.int32)
+    ids_B = jax.random.categorical(key, logits_BxV, axis=-1).astype(jnp.int32)
+  else:
+    top_BxK, ids_BxK = jax.lax.top_k(logits_BxV, top_k)
+    choice_B = jax.random.categorical(key, top_BxK, axis=-1)
+    ids_B = jnp.take_along_axis(ids_BxK, choice_B[:, None], axis=-1)[:, 0].astype(jnp.int32)
+  return jnp.where(valid, ids_B, -1)
 
 
 def generate(params: PyTree, config: ModelConfig, prompt_BxP: jax.Array, key: jax.Array, *,
@@ -52,14 +72,29 @@ def generate(params: PyTree, config: ModelConfig, prompt_BxP: jax.Array, key: ja
   token ``i`` is drawn with the ``i``-th key of ``jax.random.split(key, N)``: the same key gives the
   same tokens. Greedy decoding equals repeated argmax of the full (uncached) forward pass.
 
-  Jittable: ``jax.jit(generate, static_argnames=("max_new_tokens", "top_k", "greedy"))``.
+  Jittable: ``jax.jit(generate, static_argnames=("max_new_tokens", "top_k", "greedy"))``. Concrete
+  bad input raises ``ValueError`` naming it (a prompt id outside the vocabulary, a temperature
+  that is not a finite number > 0); under ``jit`` a traced temperature cannot, and a bad one gives
+  new ids of ``-1`` (:func:`sample_logits`).
 
   Example:
     >>> out = generate(params, tiny(), prompt_BxP, jax.random.key(0), max_new_tokens=32, top_k=40)
   """
-  B, P = prompt_BxP.shape
-  if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+  if jnp.ndim(prompt_BxP) != 2:
+    raise ValueError(f"prompt must be [batch, length] token ids; got shape {jnp.shape(prompt_BxP)} "
+                     "(one prompt: [[ids...]])")
+  B, P = jnp.shape(prompt_BxP)
+  if (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral)
+      or max_new_tokens < 0):
     raise ValueError(f"max_new_tokens must be a non-negative int; got {max_new_tokens!r}")
+  max_new_tokens = int(max_new_tokens)
+  if not isinstance(prompt_BxP, jax.core.Tracer):
+    ids = np.asarray(prompt_BxP)
+    bad = np.flatnonzero((ids < 0) | (ids >= config.vocab_size)) if ids.size else []
+    if len(bad):
+      b, t = divmod(int(bad[0]), P)
+      raise ValueError(f"prompt[{b}, {t}] = {ids[b, t]} is not a token id in [0, "
+                       f"{config.vocab_size})")
   if P < 1:
     raise ValueError(f"prompt must hold at least one token; got shape {prompt_BxP.shape}")
   if P + max_new_tokens > config.max_len:
@@ -67,8 +102,8 @@ def generate(params: PyTree, config: ModelConfig, prompt_BxP: jax.Array, key: ja
                      f"config.max_len={config.max_len}")
   if top_k is not None and not 1 <= top_k <= config.vocab_size:
     raise ValueError(f"top_k must be in [1, {config.vocab_size}]; got {top_k!r}")
-  if isinstance(temperature, (int, float)) and not temperature > 0:
-    raise ValueError(f"temperature must be > 0; got {temperature!r}")
+  if not greedy:
+    _check_temperature(temperature)
   prompt_BxP = jnp.asarray(prompt_BxP, jnp.int32)
   if max_new_tokens == 0:
     return prompt_BxP

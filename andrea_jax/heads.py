@@ -19,6 +19,8 @@ is 1 for the same subspace, 0 for orthogonal ones, and ``dim B / D`` on average 
 
 from __future__ import annotations
 
+import numbers
+
 from typing import Any
 
 import jax
@@ -42,8 +44,10 @@ def head_projections(params: PyTree, config: ModelConfig, layer: int) -> dict[st
     >>> p["q"].shape   # (num_heads, d_model, head_dim)
     (4, 128, 32)
   """
-  if not 0 <= layer < config.num_layers:
-    raise ValueError(f"layer must be in [0, {config.num_layers}), got {layer}")
+  if isinstance(layer, bool) or not isinstance(layer, numbers.Integral) or not (
+      0 <= layer < config.num_layers):
+    raise ValueError(f"layer must be an int in [0, {config.num_layers}), got {layer!r}")
+  layer = int(layer)
   kernel_Dx3D = params[f"h_{layer}"]["attn"]["c_attn"]["kernel"]
   d, h, dh = config.d_model, config.num_heads, config.head_dim
   w_Dx3xHxDh = jnp.reshape(kernel_Dx3D, (d, 3, h, dh))

@@ -248,7 +248,11 @@ class Transformer(nn.Module):
   def __call__(self, tokens_BxT: jax.Array, segment_ids: jax.Array | None = None,
                positions: jax.Array | None = None, *, decode: bool = False) -> jax.Array:
     cfg = self.config
+    if jnp.ndim(tokens_BxT) != 2:
+      raise ValueError(f"tokens must be [batch, length]; got shape {jnp.shape(tokens_BxT)}")
     B, T = tokens_BxT.shape
+    if T > cfg.max_len:   # the position table has max_len rows: a longer row would read NaN
+      raise ValueError(f"sequence length {T} exceeds config.max_len = {cfg.max_len}")
     init = nn.initializers.normal(cfg.init_std)
     wte = nn.Embed(cfg.padded_vocab_size, cfg.d_model, dtype=cfg.compute_dtype,
                    embedding_init=init, name="wte")

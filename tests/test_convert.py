@@ -114,7 +114,21 @@ def test_errors_name_the_tensor(tmp_path):
     params = convert.from_hf_state_dict(sd, CFG)
     del params["h_0"]["ln_2"]["scale"]
     convert.to_hf_state_dict(params, CFG)
+  with pytest.raises(ValueError, match=r"params has parameter\(s\) the config does not name: "
+                                      r"\['h_1/"):
+    one_layer = m.ModelConfig(**{**CFG.to_dict(), "num_layers": 1})
+    convert.to_hf_state_dict(convert.from_hf_state_dict(sd, CFG), one_layer)
   convert.save_safetensors(convert.from_hf_state_dict(sd, CFG), CFG, tmp_path / "w.safetensors")
   with pytest.raises(ValueError, match="n_head=4.*2"):
     convert.load_safetensors(tmp_path / "w.safetensors",
                              m.ModelConfig(**{**CFG.to_dict(), "num_heads": 2}))
+
+
+def test_an_attention_variant_this_model_does_not_compute_is_refused(tmp_path):
+  params = m.init_params(CFG, jax.random.key(0))
+  convert.save_safetensors(params, CFG, tmp_path / "d")
+  hf_config = json.loads((tmp_path / "d" / "config.json").read_text())
+  for key, value in (("scale_attn_by_inverse_layer_idx", True), ("scale_attn_weights", False)):
+    (tmp_path / "d" / "config.json").write_text(json.dumps({**hf_config, key: value}))
+    with pytest.raises(ValueError, match=rf"config.json: {key}={value!r}; this model"):
+      convert.load_safetensors(tmp_path / "d", CFG)

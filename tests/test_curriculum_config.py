@@ -439,3 +439,21 @@ def test_static_mixture_rejects_bad_weights(value, message):
     c.static_mixture.nonsense = 1.0
   with pytest.raises(ValueError, match=r"unknown source 'nonsense' in curriculum.static_mixture"):
     curriculum.spec_from_config(c)
+
+
+def test_a_source_spelt_two_ways_must_agree():
+  # The builder lists every source by its key (hermes3_general); a name (hermes3-general) set
+  # beside it is the same source: 0.0 there must not silently lose to the key's 0.7.
+  c = curriculum.curriculum_config(curriculum.andrea_geometries())
+  c.geometries.v3_polish.floors["hermes3-general"] = 0.0
+  with pytest.raises(ValueError, match=r"curriculum.geometries.v3_polish.floors gives "
+                                       r"'hermes3-general' twice: hermes3-general = 0.0 and "
+                                       r"hermes3_general = 0.7"):
+    curriculum.spec_from_config(c)
+  c.geometries.v3_polish.floors["hermes3-general"] = 0.7   # the same value twice is one floor
+  assert curriculum.spec_from_config(c).lowers[2][_idx("hermes3-general")] == 0.7
+
+
+def test_an_empty_only_is_refused():
+  with pytest.raises(ValueError, match=r"only of geometry 'g' lists no source"):
+    curriculum.geometry("g", 0, only=[])

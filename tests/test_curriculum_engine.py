@@ -156,6 +156,33 @@ def test_infeasible_exclusions_are_ignored_and_reported():
   assert bool(states[1299].rejected[hermes])
 
 
+def test_one_exclusion_a_geometry_cannot_take_does_not_cancel_the_others():
+  # chat excluded, then hermes3-general: the polish region can drop chat but floors hermes3-general
+  # at 0.7. From the pivot on, chat stays out and only hermes3-general is refused.
+  spec = _spec()
+  chat, hermes = SOURCES.index("chat"), SOURCES.index("hermes3-general")
+  one = lambda i: (lambda state: _exclude(spec, state, jnp.asarray(np.arange(16) == i)))
+  used, _, states = _run(spec, 1300, actions={300: one(chat), 350: one(hermes)})
+  assert np.all(used[450:POLISH, [chat, hermes]] == 0)
+  assert np.all(used[POLISH:, chat] == 0)
+  assert np.all(used[POLISH:, hermes] >= np.float32(0.7))
+  np.testing.assert_array_equal(np.flatnonzero(states[1299].rejected), [hermes])
+  np.testing.assert_allclose(used.sum(1), 1, atol=1e-6)
+
+
+def test_wrong_shapes_are_refused_naming_the_shape():
+  spec = _spec()
+  state = curriculum.init(spec, jax.random.key(0))
+  for mask in (np.array([3]), True, np.ones(15, bool)):
+    with pytest.raises(ValueError, match=r"exclude: mask must be a \[S\] = \(16,\) bool mask"):
+      curriculum.exclude(spec, state, mask)
+  with pytest.raises(ValueError, match=r"update: losses must be \[S\] = \(16,\), one per source, "
+                                      r"got shape \(1,\)"):
+    curriculum.update(spec, state, 0, jnp.ones(1), jnp.ones(16))
+  with pytest.raises(ValueError, match=r"update: tokens must be \[S\]"):
+    curriculum.update(spec, state, 0, jnp.ones(16), jnp.ones(15))
+
+
 def test_pivot_discounts_the_bandit():
   runs = {d: _run(_spec(bandit_pivot_discount=d), 240)[2] for d in (1.0, 0.25, 0.0)}
   # The decision of the first firehose phase is the one after which slot 1 holds geometry 1.

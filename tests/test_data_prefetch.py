@@ -67,3 +67,17 @@ def test_arguments_are_checked():
     Prefetcher(lambda s: s, 0, depth=0)
   with pytest.raises(ValueError, match="end_step 3 is before start_step 5"):
     Prefetcher(lambda s: s, 5, end_step=3)
+
+
+def test_a_stop_iteration_from_make_batch_is_an_error_not_the_end():
+  def make(step):
+    if step == 2:
+      raise StopIteration("data exhausted")
+    return step
+
+  it = Prefetcher(make, 0, end_step=10)
+  assert [next(it), next(it)] == [0, 1]
+  with pytest.raises(RuntimeError, match="make_batch raised StopIteration at step 2"):
+    next(it)
+  with pytest.raises(RuntimeError, match="at step 2"):
+    list(Prefetcher(make, 0, end_step=10))   # a for loop does not end quietly at step 2

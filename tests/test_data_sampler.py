@@ -304,8 +304,18 @@ def test_absent_source_with_weight_is_a_data_error(tmp_path):
   assert (sampler.batch(0, _one_hot((3, 1.0)))["source_ids"] == 3).all()
   with pytest.raises(DataError, match="step 7: source 'oasst' has weight 0.5 but 0 training"):
     sampler.batch(7, _one_hot((3, 0.5), (5, 0.5)))
-  with pytest.raises(DataError, match="source 'chat' has 501 training tokens"):
+  with pytest.raises(DataError,
+                     match=r"source 'chat' has 501 train tokens, fewer than seq_len \+ 1 = 601"):
     MixtureSampler(data, seq_len=600, global_batch_size=4, seed=0)
+  # Enough tokens, but in shards smaller than a window (a window never crosses shards).
+  small = str(tmp_path / "small")
+  prepare({"chat": SourceSpec(paths=(str(path),), eval_fraction=0.0)}, load_tokenizer("bytes"),
+          small, shard_tokens=37, progress=False)
+  data = PreparedData.open(small, required=["chat"])
+  with pytest.raises(DataError, match=r"source 'chat' has 501 train tokens, but no train shard "
+                                      r"holds seq_len \+ 1 = 41 \(the largest holds 37; a window "
+                                      r"does not cross shards\)"):
+    MixtureSampler(data, seq_len=40, global_batch_size=4, seed=0)
 
 
 def test_eval_batches_are_fixed_windows_of_the_eval_split(data):
@@ -328,7 +338,7 @@ def test_eval_batches_are_fixed_windows_of_the_eval_split(data):
   halves = [eval_batches(data, "gutenberg", seq_len=SEQ, num_sequences=8, process_index=p,
                          process_count=2)["inputs"] for p in range(2)]
   np.testing.assert_array_equal(np.concatenate(halves), b["inputs"])
-  with pytest.raises(DataError, match="eval split of source 'gutenberg'"):
+  with pytest.raises(DataError, match="source 'gutenberg' has \\d+ eval tokens, fewer than seq_len"):
     eval_batches(data, "gutenberg", seq_len=100_000, num_sequences=2)
   with pytest.raises(DataError, match="unknown source 'web'"):
     eval_batches(data, "web", seq_len=SEQ, num_sequences=2)

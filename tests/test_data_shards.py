@@ -211,3 +211,19 @@ def test_a_malformed_manifest_is_a_data_error(prepared, edit, message):
   _save(prepared, m)
   with pytest.raises(DataError, match=r"manifest.json: " + message):
     PreparedData.open(prepared, tokenizer=BYTES, required=SUBSET)
+
+
+def test_the_advice_for_a_corrupted_shard_works(clean, prepared):
+  # Same size, one bit flipped: the preparation alone would think the source finished.
+  shard = prepared / _manifest(prepared)["sources"]["oasst"]["shards"]["train"][0]["file"]
+  raw = bytearray(shard.read_bytes())
+  raw[100] ^= 1
+  shard.write_bytes(bytes(raw))
+  with pytest.raises(DataError, match=r"delete it and run the preparation again"):
+    PreparedData.open(prepared, tokenizer=BYTES, required=SUBSET)
+  shard.unlink()   # the advice
+  specs = {s: SourceSpec(paths=(str(clean.parent / f"{s}.jsonl"),),
+                         eval_fraction=0.1) for s in SUBSET}
+  result = prepare(specs, BYTES, str(prepared), shard_tokens=4000, progress=False)
+  assert result.prepared == ("oasst",) and set(result.skipped) == {"chat", "gutenberg"}
+  PreparedData.open(prepared, tokenizer=BYTES, required=SUBSET)

@@ -1,6 +1,7 @@
 """Tokenizers: exact round trips (bytes, BPE trained here, SentencePiece), fingerprints, eod ids."""
 
 import hashlib
+import json
 import io
 
 import numpy as np
@@ -133,3 +134,15 @@ def test_load_tokenizer_errors(tmp_path):
   bad_json.write_text("{not json")
   with pytest.raises(DataError, match="bad.json: not a Hugging Face tokenizers JSON"):
     load_tokenizer(str(bad_json))
+
+
+def test_hf_file_whose_end_of_document_token_is_not_special(bpe, tmp_path):
+  # As tok.add_tokens([...]) leaves it: an added token, not special. encode would then turn text
+  # spelling it into the end-of-document id.
+  raw = json.loads(open(bpe.spec, encoding="utf-8").read())
+  assert raw["added_tokens"][0]["content"] == "<|endoftext|>" and raw["added_tokens"][0]["special"]
+  raw["added_tokens"][0]["special"] = False
+  (tmp_path / "plain.json").write_text(json.dumps(raw), encoding="utf-8")
+  with pytest.raises(DataError, match=r"plain.json: the end-of-document token '<\|endoftext\|>' "
+                                      r"\(id 0\) is not a special token"):
+    load_tokenizer(str(tmp_path / "plain.json"))

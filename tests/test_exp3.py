@@ -180,3 +180,17 @@ def test_strategy_exp3_through_the_curriculum():
   assert np.all(late.argmax(axis=1) == hot) and late[:, hot].min() > 1 / 16
   # The statistics saw every step (M counts steps with tokens).
   assert int(state.exp3.steps) == 1300
+
+
+def test_a_tiny_weight_with_tokens_keeps_every_number_finite():
+  # pi = 1e-33 with 512 tokens: the importance weight 1/pi alone is 1e33; with a loss of 1e6 the
+  # reward would overflow float32 and the softmax of inf is NaN.
+  s = exp3.init(2)
+  for _ in range(3):
+    s = exp3.observe(exp3.Exp3Params(), s, jnp.array([1e6, 1.0]), jnp.array([512.0, 512.0]),
+                     jnp.array([1e-33, 1.0]))
+  assert np.isfinite(np.asarray(s.cumulative)).all()
+  assert float(s.cumulative[0]) == pytest.approx(3 * exp3.REWARD_CLIP, rel=1e-6)
+  pi = np.asarray(exp3.distribution(exp3.Exp3Params(), s, 10, jnp.array([True, True])))
+  assert np.isfinite(pi).all() and pi.sum() == pytest.approx(1.0, abs=1e-6)
+  assert pi[0] > pi[1] >= exp3.exploration(10, 2)   # the huge reward leads; the floor holds

@@ -142,3 +142,35 @@ def test_argument_validation():
   with pytest.raises(ValueError, match="max_new_tokens.*-1"):
     run(max_new_tokens=-1)
   np.testing.assert_array_equal(run(max_new_tokens=0), PROMPT)
+
+
+def test_bad_input_is_named_eagerly_and_never_a_plausible_token_under_jit():
+  run = functools.partial(gen.generate, PARAMS, CFG, PROMPT, jax.random.key(0))
+  for bad in (np.float32(0.0), -1.0, float("nan"), float("inf")):
+    with pytest.raises(ValueError, match="temperature must be a finite number > 0"):
+      run(max_new_tokens=2, temperature=bad)
+  with pytest.raises(ValueError, match="temperature must be a finite number > 0"):
+    gen.sample_logits(jnp.array([[0.0, 5.0, 1.0]]), jax.random.key(0), temperature=-1.0)
+  # Traced, the temperature cannot raise: every new id is -1, which no vocabulary holds.
+  jitted = jax.jit(gen.generate, static_argnames=("max_new_tokens", "top_k", "greedy"))
+  out = np.asarray(jitted(PARAMS, CFG, PROMPT, jax.random.key(0), max_new_tokens=3,
+                          temperature=0.0))
+  np.testing.assert_array_equal(out[:, :PROMPT.shape[1]], PROMPT)
+  assert (out[:, PROMPT.shape[1]:] == -1).all()
+  ok = np.asarray(jitted(PARAMS, CFG, PROMPT, jax.random.key(0), max_new_tokens=3,
+                         temperature=1.0))
+  np.testing.assert_array_equal(ok, run(max_new_tokens=3))   # a valid traced one is unchanged
+  # Prompts: one row, ids outside the vocabulary, a numpy max_new_tokens.
+  with pytest.raises(ValueError, match=r"prompt must be \[batch, length\]"):
+    gen.generate(PARAMS, CFG, PROMPT[0], jax.random.key(0), max_new_tokens=2)
+  bad_prompt = np.array(PROMPT).copy()
+  bad_prompt[0, 1] = CFG.vocab_size
+  with pytest.raises(ValueError, match=rf"prompt\[0, 1\] = {CFG.vocab_size} is not a token id"):
+    gen.generate(PARAMS, CFG, bad_prompt, jax.random.key(0), max_new_tokens=2)
+  assert run(max_new_tokens=np.int64(2)).shape == (PROMPT.shape[0], PROMPT.shape[1] + 2)
+
+
+def test_a_sequence_longer_than_max_len_is_refused():
+  tokens = jnp.zeros((1, CFG.max_len + 1), jnp.int32)
+  with pytest.raises(ValueError, match=f"sequence length {CFG.max_len + 1} exceeds config.max_len"):
+    m.Transformer(CFG).apply({"params": PARAMS}, tokens)

@@ -105,6 +105,8 @@ def geometry(name: str, start_step: int, *, floors: Mapping[str, float] | None =
         raise ValueError(f"unknown source {n!r} in {field} of geometry {name!r}; known sources "
                          f"are: {', '.join(sources)}")
       g[field][source_key(n)] = float(v)
+  if only is not None and not list(only):
+    raise ValueError(f"only of geometry {name!r} lists no source (None allows them all)")
   g.only = _names(only) if only is not None else ""  # comma-separated allowed sources; "" = all
   g.exclude = _names(exclude)  # comma-separated excluded sources (ceiling 0); "" = none
   if mixture is not None:
@@ -378,6 +380,7 @@ def _region(name: str, g, sources: Sequence[str]) -> tuple[int, Region]:
     if not isinstance(given, (ml_collections.ConfigDict, Mapping)):
       raise TypeError(f"{where}.{field} must map source names to weights, got {given!r}")
     bounds[field] = {}
+    spelt = {}   # source name -> (spelling, value): a source given twice must agree
     for k, v in dict(given).items():
       if k not in keys and k not in sources:
         raise ValueError(f"unknown source {k!r} in {where}.{field}; known sources are: "
@@ -385,8 +388,14 @@ def _region(name: str, g, sources: Sequence[str]) -> tuple[int, Region]:
       v = _number(f"{where}.{field}.{k}", v)
       if not 0 <= v <= 1:
         raise ValueError(f"{where}.{field}.{k} = {v} is outside [0, 1]")
+      source = keys.get(k, k)
+      if source in spelt and spelt[source][1] != v:
+        (k1, v1), (k2, v2) = sorted([spelt[source], (k, v)])
+        raise ValueError(f"{where}.{field} gives {source!r} twice: {k1} = {v1} and {k2} = {v2}; "
+                         f"keep one (the command line sets {source_key(source)})")
+      spelt[source] = (k, v)
       if v != default:
-        bounds[field][keys.get(k, k)] = float(v)
+        bounds[field][source] = float(v)
   for s, lo in bounds["floors"].items():
     hi = bounds["ceilings"].get(s, 1.0)
     if hi < lo:

@@ -56,7 +56,8 @@ projection) runs under ``jax.lax.cond`` only at decision steps.
 
 **Exclusions.** :func:`exclude` adds sources with ceiling 0 from the next undecided phase on (the
 zombie-cliff detector's remedy), unless the region would become empty; a refused request is
-recorded in ``state.rejected``.
+recorded in ``state.rejected``. A later geometry that cannot take them all (a floor on an excluded
+source) keeps those it can, in source order, and records the others in ``state.rejected``.
 """
 
 from __future__ import annotations
@@ -142,12 +143,28 @@ def _geometry_at(spec: CurriculumSpec, step: jax.Array) -> jax.Array:
 
 
 def _bounds(spec: CurriculumSpec, g: jax.Array, excluded: jax.Array):
-  """Floors, ceilings (with the extra exclusions when feasible) and whether they were applied."""
+  """Floors, ceilings with the extra exclusions that fit, and which of them were applied ``[S]``.
+
+  All of ``excluded`` when the region stays non-empty with them all (the usual case, one
+  feasibility test); otherwise source by source in index order, each kept if the region stays
+  non-empty with it and those kept before it: one exclusion that a geometry cannot take (a source
+  with a floor there) does not cancel the others.
+  """
   lowers_GxS, uppers_GxS, _ = _tables(spec)
   lower, upper = lowers_GxS[g], uppers_GxS[g]
-  upper_ex = jnp.where(excluded, 0.0, upper)
-  ok = simplex.is_feasible(lower, upper_ex)
-  return lower, jnp.where(ok, upper_ex, upper), ok
+  upper_all = jnp.where(excluded, 0.0, upper)
+
+  def one_by_one(_):
+    def body(i, carry):
+      upper_i, applied = carry
+      trial = upper_i.at[i].set(0.0)
+      fits = excluded[i] & simplex.is_feasible(lower, trial)
+      return jnp.where(fits, trial, upper_i), applied.at[i].set(fits)
+    return jax.lax.fori_loop(0, excluded.shape[0], body, (upper, jnp.zeros_like(excluded)))
+
+  upper_ex, applied = jax.lax.cond(simplex.is_feasible(lower, upper_all),
+                                   lambda _: (upper_all, excluded), one_by_one, None)
+  return lower, upper_ex, applied
 
 
 def _held_mixture(spec: CurriculumSpec, g: jax.Array, upper_S: jax.Array) -> jax.Array:
@@ -224,8 +241,8 @@ def _decide(spec: CurriculumSpec, state: CurriculumState) -> CurriculumState:
   phase = state.phase_ids[1] + 1
   start = state.next_start
   g = _geometry_at(spec, start)
-  lower, upper, ok = _bounds(spec, g, state.excluded)
-  rejected = jnp.where(ok, state.rejected, state.rejected | state.excluded)
+  lower, upper, applied = _bounds(spec, g, state.excluded)
+  rejected = state.rejected | (state.excluded & ~applied)
 
   pivot = g != state.geometries[1]
   bandit = bandit_lib.close_window(spec.bandit, state.bandit)
@@ -300,6 +317,10 @@ def update(spec: CurriculumSpec, state: CurriculumState, step: jax.Array, losses
   Returns:
     The new state; ``schedule(state)`` then covers every step ``<= step + 1 + decision_lag``.
   """
+  for name, value in (("losses", losses), ("tokens", tokens)):
+    if jnp.shape(value) != state.excluded.shape:
+      raise ValueError(f"update: {name} must be [S] = {state.excluded.shape}, one per source, got "
+                       f"shape {jnp.shape(value)}")
   step = jnp.asarray(step, jnp.int32)
   # The weights this step's batch was drawn from: the schedule before this update covers ``step``.
   used_S = lookup(schedule(state), step)
@@ -351,8 +372,12 @@ def exclude(spec: CurriculumSpec, state: CurriculumState, mask: jax.Array) -> Cu
   Phases already decided (the schedule's two) keep their weights.
   """
   mask = jnp.asarray(mask, bool)
+  if mask.shape != state.excluded.shape:
+    raise ValueError(f"exclude: mask must be a [S] = {state.excluded.shape} bool mask of the "
+                     f"sources, got shape {mask.shape}")
   candidate = state.excluded | mask
-  _, _, ok = _bounds(spec, _geometry_at(spec, state.next_start), candidate)
+  _, _, applied = _bounds(spec, _geometry_at(spec, state.next_start), candidate)
+  ok = jnp.all(applied | ~candidate)
   refused = state.rejected | (mask & ~state.excluded)
   return state.replace(excluded=jnp.where(ok, candidate, state.excluded),
                        rejected=jnp.where(ok, state.rejected, refused))

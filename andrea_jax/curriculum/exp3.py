@@ -47,7 +47,8 @@ with ``epsilon_0 = 1/K``; ``c = 1`` is ODM's rate (its code divided the loss by 
 curriculum then projects ``pi`` onto its region (floors and ceilings).
 
 Numbers stay finite for any input: losses are clipped to ``[-1e6, 1e6]``, token counts below 1e-6
-are none, and the softmax subtracts its maximum.
+are none, a step's reward to ``+-1e30`` (a tiny ``pi`` with tokens), the cumulative rewards to
+``+-1e37``, the logits to float32's range, and the softmax subtracts its maximum.
 """
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ import jax
 import jax.numpy as jnp
 
 from andrea_jax.bandit import LOSS_CLIP, TOKENS_RANGE, check_numbers
+
+REWARD_CLIP = 1e30   # one step's importance-weighted reward, at most
+SUM_CLIP = 1e37      # a source's cumulative reward, at most (float32 ends at 3.4e38)
 
 
 @jax.tree_util.register_pytree_node_class
@@ -158,11 +162,13 @@ def observe(params: Exp3Params, state: Exp3State, losses: jax.Array, tokens: jax
   blended = jnp.where(state.seen, alpha * state.smoothed_loss + (1 - alpha) * l, l)
   smoothed = jnp.where(observed, blended, state.smoothed_loss)
   share = n / jnp.maximum(jnp.sum(n), 1.0)
-  reward = jnp.where(observed, smoothed * share / jnp.where(allowed, weights, 1.0), 0.0)
+  # Importance weighting by a tiny pi can overflow float32: rewards and their sums stay finite.
+  reward = jnp.clip(jnp.where(observed, smoothed * share / jnp.where(allowed, weights, 1.0), 0.0),
+                    -REWARD_CLIP, REWARD_CLIP)
   played = allowed & any_tokens
   return Exp3State(
       smoothed_loss=smoothed, seen=state.seen | observed,
-      cumulative=state.cumulative + jnp.where(played, reward, 0.0),
+      cumulative=jnp.clip(state.cumulative + jnp.where(played, reward, 0.0), -SUM_CLIP, SUM_CLIP),
       plays=state.plays + played.astype(jnp.float32),
       steps=state.steps + any_tokens.astype(jnp.int32))
 
@@ -196,7 +202,8 @@ def distribution(params: Exp3Params, state: Exp3State, t: jax.Array,
   k = jnp.sum(allowed)
   eps = exploration(t, k)
   rate = jnp.asarray(params.lr_scale, jnp.float32) * exploration(jnp.asarray(t) - 1, k)
-  logits_S = jnp.where(allowed, rate * scores(state, allowed), -jnp.inf)
+  big = jnp.finfo(jnp.float32).max
+  logits_S = jnp.where(allowed, jnp.clip(rate * scores(state, allowed), -big, big), -jnp.inf)
   p_S = jax.nn.softmax(logits_S)
   k = k.astype(jnp.float32)
   return jnp.where(allowed, (1.0 - k * eps) * p_S + eps, 0.0).astype(jnp.float32)

@@ -21,6 +21,7 @@ import ml_collections
 from ml_collections import config_dict
 
 from andrea_jax.data import readers
+from andrea_jax.data import sampler as sampler_lib
 from andrea_jax.data.corpus import builtin_specs, ensure_builtin, ensure_builtin_raw
 from andrea_jax.data.errors import DataError
 from andrea_jax.data.prepare_lib import DEFAULT_SHARD_TOKENS, PrepareResult, prepare
@@ -208,5 +209,4 @@ def check_windows(data: PreparedData, seq_len: int, split: str = "train") -> Non
     if not any(m.size >= seq_len + 1 for m in data.shards(source, split)):
       files = [os.path.join(data.path, s["file"])
                for s in data.manifest["sources"][source]["shards"][split]]
-      raise DataError(f"source {source!r} has {data.num_tokens(source, split)} {split} tokens in "
-                      f"every shard, fewer than seq_len + 1 = {seq_len + 1} (shards {files})")
+      raise DataError(f"{sampler_lib.too_short(data, source, split, seq_len + 1)} (shards {files})")

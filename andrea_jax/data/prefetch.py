@@ -87,6 +87,10 @@ class Prefetcher:
       return payload
     self._done = True
     if kind == "error":
+      if isinstance(payload, (StopIteration, StopAsyncIteration)):
+        # Re-raised as is it would end the consumer's loop as if end_step were reached (PEP 479).
+        raise RuntimeError(f"make_batch raised {type(payload).__name__} at step {step}: "
+                           f"{payload!r}") from payload
       if hasattr(payload, "add_note"):
         payload.add_note(f"raised by make_batch while producing the batch of step {step}")
         raise payload

@@ -177,6 +177,18 @@ def _windows(data: PreparedData, source: str, split: str, width: int) -> _Window
   return _Windows(views, valid_K, end_K, int(end_K[-1]) if views else 0)
 
 
+def too_short(data: PreparedData, source: str, split: str, width: int) -> str:
+  """Why ``source`` has no window of ``width`` tokens in ``split``: too few tokens, or shards too
+  small to hold one (a window never crosses shards)."""
+  total = data.num_tokens(source, split)
+  if total < width:
+    return f"source {source!r} has {total} {split} tokens, fewer than seq_len + 1 = {width}"
+  largest = max((m.size for m in data.shards(source, split)), default=0)
+  return (f"source {source!r} has {total} {split} tokens, but no {split} shard holds seq_len + 1 = "
+          f"{width} (the largest holds {largest}; a window does not cross shards): prepare it "
+          "with a larger data.shard_tokens")
+
+
 def _gather(win: _Windows, u_R: np.ndarray, out_RxW: np.ndarray) -> None:
   """Copies the windows starting at global start indices ``u_R`` (in ``[0, win.total)``) to ``out``.
 
@@ -231,8 +243,7 @@ class MixtureSampler:
     self._windows = {s: _windows(data, s, "train", self.seq_len + 1) for s in data.sources}
     for s in data.required:
       if self._windows[s].total == 0:
-        raise DataError(f"source {s!r} has {data.num_tokens(s)} training tokens in every shard, "
-                        f"fewer than seq_len + 1 = {self.seq_len + 1}")
+        raise DataError(too_short(data, s, "train", self.seq_len + 1))
 
   def counts(self, weights_S: np.ndarray, step: int | None = None) -> np.ndarray:
     """``[S]`` rows per source of the global batch of ``step`` (:func:`allocate`).
@@ -296,9 +307,9 @@ def eval_batches(data: PreparedData, source: str, *, seq_len: int, num_sequences
                  process_index: int = 0, process_count: int = 1) -> dict[str, np.ndarray]:
   """Fixed windows of a source's held-out split, for its held-out loss.
 
-  Window ``k`` of ``n = num_sequences`` starts at ``floor(k V / n)`` among the ``V`` valid starts,
-  so the windows spread evenly over the split (without overlap when it holds at least ``n (T + 1)``
-  tokens) and are the same at every evaluation. Process ``p`` of ``P`` gets windows
+  Window ``k`` of ``n = num_sequences`` starts at ``floor(k V / n)`` among the ``V`` valid starts
+  (``V = N - T`` for one shard of ``N`` tokens), so the windows spread evenly over the split and are
+  the same at every evaluation; consecutive windows overlap unless ``V >= n (T + 1)``. Process ``p`` of ``P`` gets windows
   ``[p n/P, (p+1) n/P)``.
 
   Returns:
@@ -316,9 +327,9 @@ def eval_batches(data: PreparedData, source: str, *, seq_len: int, num_sequences
   per_process = num_sequences // process_count
   win = _windows(data, source, "eval", seq_len + 1)
   if win.total == 0:
-    raise DataError(f"the eval split of source {source!r} has {data.num_tokens(source, 'eval')} "
-                    f"tokens in every shard, fewer than seq_len + 1 = {seq_len + 1}; raise its "
-                    "eval_fraction and prepare again")
+    why = too_short(data, source, "eval", seq_len + 1)
+    raise DataError(why + ("; raise its eval_fraction and prepare again"
+                           if data.num_tokens(source, "eval") < seq_len + 1 else ""))
   k_N = np.arange(process_index * per_process, (process_index + 1) * per_process, dtype=np.int64)
   u_N = (k_N * win.total) // num_sequences
   windows_NxW = np.empty((per_process, seq_len + 1), np.int32)

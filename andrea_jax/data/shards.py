@@ -37,8 +37,9 @@ def _check_shard(file: str, source: str, tokens_N: np.ndarray, sha256: str,
       bad = (start + offset, int(block_N[offset]))
   if h.hexdigest() != sha256:
     raise DataError(f"shard {file} of source {source!r}: SHA-256 {h.hexdigest()} does not match "
-                    f"the manifest's {sha256}; the file was modified or corrupted, prepare it "
-                    "again")
+                    f"the manifest's {sha256}; the file was modified or corrupted: delete it and "
+                    "run the preparation again (a source with a missing shard is prepared anew; "
+                    "for the built-in corpus, run the training command again)")
   if bad is not None:
     raise DataError(f"shard {file} of source {source!r}: token id {bad[1]} at position {bad[0]} is "
                     f">= the vocabulary size {vocab_size}")

@@ -111,6 +111,14 @@ class HFTokenizer:
     else:
       raise DataError(f"{self.spec}: no end-of-document token; add one of {list(_EOD_CANDIDATES)} "
                       "to the tokenizer's special tokens")
+    added = self._tok.get_added_tokens_decoder().get(self.eod_id)
+    if added is None or not added.special:
+      # Only special tokens are kept out of encode (encode_special_tokens): an ordinary one would
+      # turn text that spells it into a document boundary.
+      raise DataError(f"{self.spec}: the end-of-document token {candidate!r} (id {self.eod_id}) is "
+                      "not a special token, so text spelling it would be encoded as a document "
+                      "boundary; mark it special (tokenizer.add_special_tokens) and save the file "
+                      "again")
 
   def encode(self, text: str) -> np.ndarray:
     """``[n]`` int32 ids of ``text`` (no special tokens added)."""

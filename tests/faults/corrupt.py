@@ -328,13 +328,14 @@ def _data_missing_source(path, rng):
 
 def _data_too_short(path, rng):
   _set_shard(path, "dictionary", np.full(int(rng.integers(1, 33)), 65, np.uint16))
-  return (r"source 'dictionary' has \d+ train tokens in every shard, fewer than seq_len \+ 1 = 33 "
+  return (r"source 'dictionary' has \d+ train tokens, fewer than seq_len \+ 1 = 33 "
           r"\(shards \[.*dictionary\.train\.00000\.bin'\]\)")
 
 
 def _data_eval_too_short(path, rng):
   _set_shard(path, "chat", np.full(int(rng.integers(1, 33)), 65, np.uint16), split="eval")
-  return r"the eval split of source 'chat' has \d+ tokens in every shard, fewer than seq_len \+ 1"
+  return (r"source 'chat' has \d+ eval tokens, fewer than seq_len \+ 1 = 33; raise its "
+          r"eval_fraction")
 
 
 def _data_lies_tokens(path, rng):
