@@ -96,7 +96,7 @@ def _read_json(path: str) -> tuple[Any, str | None]:
       return json.loads(f.read()), None
   except FileNotFoundError:
     return None, f"{path} is missing"
-  except (OSError, ValueError, RecursionError) as e:   # JSONDecodeError, UnicodeDecodeError; too deep
+  except (OSError, ValueError, RecursionError) as e:   # bad JSON or UTF-8 (ValueErrors); too deep
     return None, f"{path} is not valid JSON ({type(e).__name__}: {e})"
 
 

@@ -38,8 +38,9 @@ moves the total the most. None is named (index -1) when no product is positive.
 
 Cliff steps never enter the window (a cliff must not become the new normal); neither do non-finite
 losses. Per-source entries with zero tokens or a non-finite loss are stored as missing. After a
-flag, ``cooldown`` steps raise no new flag (cliff steps in that time are still kept out of the
-window). With ``respond``, a flagged source is added to ``CliffState.excluded_S``, for the trainer
+flag at step ``t`` the next flag can come at step ``t + cooldown`` at the earliest (steps
+``t + 1`` to ``t + cooldown - 1`` raise none; cooldown 0 and 1 let every step flag); cliff steps
+in that time are still kept out of the window. With ``respond``, a flagged source is added to ``CliffState.excluded_S``, for the trainer
 to give it a ceiling of 0 (as the v3 polish did for ``repo-docs``).
 """
 
@@ -73,7 +74,7 @@ def cliff_config() -> ml_collections.ConfigDict:
   c.warmup = 2000
   # Mark the flagged source for exclusion (the trainer then gives it a ceiling of 0).
   c.respond = False
-  # Steps after a flag during which no new flag is raised.
+  # After a flag at step t, no new flag before step t + cooldown.
   c.cooldown = 200
   # Flag only when the named source's own loss is anomalous (not a mere shift of the mixture).
   c.require_source = True

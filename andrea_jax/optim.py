@@ -52,7 +52,7 @@ def warmup_decay(step: jax.Array, *, peak_lr, warmup_steps, total_steps: int, ki
     p = jnp.clip((step - tw) / jnp.maximum(total_steps - tw, 1.0), 0.0, 1.0)
     after = lo + (peak - lo) * 0.5 * (1.0 + jnp.cos(jnp.pi * p))
   elif kind == "wsd":
-    td = float(decay_steps if decay_steps > 0 else max(1, round(0.2 * total_steps)))
+    td = float(wsd_decay_steps(decay_steps, total_steps))
     p = jnp.clip((step - (total_steps - td)) / td, 0.0, 1.0)
     after = peak + (lo - peak) * p
   elif kind == "constant":
@@ -60,6 +60,11 @@ def warmup_decay(step: jax.Array, *, peak_lr, warmup_steps, total_steps: int, ki
   else:
     raise ValueError(f"optim.schedule must be one of {SCHEDULES}, got {kind!r}")
   return jnp.where(step < tw, warm, after)
+
+
+def wsd_decay_steps(decay_steps: int, total_steps: int) -> int:
+  """The wsd schedule's decay length: ``decay_steps``, or 20% of the run when it is 0."""
+  return int(decay_steps) if decay_steps > 0 else max(1, round(0.2 * total_steps))
 
 
 def learning_rate_schedule(cfg: ml_collections.ConfigDict, total_steps: int) -> Schedule:
@@ -129,6 +134,18 @@ def validate_optim_config(cfg: ml_collections.ConfigDict, total_steps: int) -> N
   if cfg.warmup_steps > total_steps:
     raise ValueError(f"optim.warmup_steps = {cfg.warmup_steps} is longer than the run "
                      f"(train.num_steps = {total_steps})")
-  if cfg.schedule == "wsd" and cfg.decay_steps > total_steps - cfg.warmup_steps:
-    raise ValueError(f"optim.decay_steps = {cfg.decay_steps} does not fit after the warmup "
-                     f"({cfg.warmup_steps}) in train.num_steps = {total_steps}")
+  check_wsd_fits(cfg, cfg.warmup_steps, total_steps)
+
+
+def check_wsd_fits(cfg: ml_collections.ConfigDict, warmup_steps: int, total_steps: int,
+                   field: str = "optim.warmup_steps") -> None:
+  """Under ``schedule = "wsd"``, ``ValueError`` unless the decay (``decay_steps``, 0 = 20% of the
+  run) fits after a warmup of ``warmup_steps`` (``field`` names where that warmup came from)."""
+  if cfg.schedule != "wsd":
+    return
+  td = wsd_decay_steps(cfg.decay_steps, total_steps)
+  if td > total_steps - warmup_steps:
+    given = (f"optim.decay_steps = {cfg.decay_steps}" if cfg.decay_steps > 0 else
+             f"optim.decay_steps = 0 (the default: 20% of the run, {td} steps)")
+    raise ValueError(f"{given} does not fit after the warmup ({field} = {warmup_steps}) in "
+                     f"train.num_steps = {total_steps}")

@@ -122,6 +122,16 @@ def loss_and_grads(cfg: StepConfig, params: PyTree, batch: Batch):
   return loss_sum / n, jax.tree.map(lambda g: g / n, grads), loss_S, tokens_S
 
 
+def applied_count(opt_state: Any, step: jax.Array) -> jax.Array:
+  """The count the optimizer's learning-rate schedule reads at this update: optax's
+  ``ScaleByScheduleState.count``, which a skipped (non-finite) step does not advance, so the
+  logged rate is the rate applied; ``step`` when the optimizer holds no schedule state."""
+  found = [s.count for s in jax.tree.leaves(
+      opt_state, is_leaf=lambda x: isinstance(x, optax.ScaleByScheduleState))
+           if isinstance(s, optax.ScaleByScheduleState)]
+  return found[0] if found else step
+
+
 def train_step(cfg: StepConfig, state: TrainState, batch: Batch) -> tuple[TrainState, dict]:
   """One optimizer step; pure. Jit it once with ``donate_argnums`` on the state (see :func:`jit_step`)."""
   step = state.step
@@ -155,7 +165,7 @@ def train_step(cfg: StepConfig, state: TrainState, batch: Batch) -> tuple[TrainS
       "step": step,
       "loss": loss,
       "grad_norm": grad_norm,
-      "lr": cfg.schedule(step),
+      "lr": cfg.schedule(applied_count(state.opt_state, step)),
       "finite": finite,
       "source_loss": losses_S,
       "source_tokens": tokens_S,

@@ -147,11 +147,13 @@ def attention_maps(weights_HxTxS: ArrayLike, *, boundaries: Sequence[int] = (),
 
 
 def _smooth(y_KxN: np.ndarray, window: int) -> np.ndarray:
-  """Trailing moving average over ``window`` points (the first points average what exists)."""
+  """Trailing moving average over ``window`` points (the first points average what exists; a
+  non-finite point is left out, and a window of only non-finite points gives NaN)."""
   if window <= 1:
     return y_KxN
-  c = np.cumsum(np.nan_to_num(y_KxN), axis=-1)
-  n = np.cumsum(np.isfinite(y_KxN), axis=-1)
+  finite = np.isfinite(y_KxN)   # NaN and +-inf (a diverged variant) are left out alike
+  c = np.cumsum(np.where(finite, y_KxN, 0.0), axis=-1)
+  n = np.cumsum(finite, axis=-1)
   c = np.concatenate([np.zeros_like(c[..., :1]), c], axis=-1)
   n = np.concatenate([np.zeros_like(n[..., :1]), n], axis=-1)
   hi = np.arange(1, y_KxN.shape[-1] + 1)

@@ -59,7 +59,8 @@ POWER = 1.5
 THRESHOLD = 0.9
 
 
-def design_geometries(mixtures: np.ndarray, block_steps: int, num_steps: int, sources: Sequence[str]):
+def design_geometries(mixtures: np.ndarray, block_steps: int, num_steps: int,
+                      sources: Sequence[str]):
   """``curriculum.geometries``: mixture ``k`` for steps ``[k block_steps, (k + 1) block_steps)``,
   then the full simplex (uniform under strategy static)."""
   import ml_collections

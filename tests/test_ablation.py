@@ -142,6 +142,20 @@ def test_bad_variants_are_rejected_with_the_field(variants, match):
     ablation.resolve_variants(_config(), variants, STEPS)
 
 
+def test_numpy_numbers_are_variants_too_and_each_warmup_must_fit_a_wsd_decay():
+  got = ablation.resolve_variants(_config(), [{"warmup_steps": w, "seed": np.int64(1),
+                                               "peak_lr": np.float32(1e-3)}
+                                              for w in np.arange(0, 6, 2)], STEPS)
+  assert [v.warmup_steps for v in got] == [0, 2, 4] and {v.seed for v in got} == {1}
+  assert all(type(v.warmup_steps) is int and type(v.seed) is int for v in got)
+  # The rule one run obeys: a wsd decay must fit after the warmup. A variant may not escape it.
+  c = _config()
+  c.optim.schedule, c.optim.decay_steps = "wsd", STEPS - 2
+  with pytest.raises(ValueError, match=r"optim.decay_steps = \d+ does not fit after the warmup "
+                                       r"\(variants\[1\].warmup_steps = 3\)"):
+    ablation.resolve_variants(c, [{"warmup_steps": 2}, {"warmup_steps": 3}], STEPS)
+
+
 def test_a_mixture_of_the_wrong_shape_is_rejected_before_training():
   with pytest.raises(ValueError, match=r"mixture must have shape \[16\] or \[num_steps = 6, 16\]"):
     ablation.train_variants(_config(), [{}], STEPS, mixture=np.ones(3) / 3)

@@ -338,7 +338,8 @@ def test_eval_batches_are_fixed_windows_of_the_eval_split(data):
   halves = [eval_batches(data, "gutenberg", seq_len=SEQ, num_sequences=8, process_index=p,
                          process_count=2)["inputs"] for p in range(2)]
   np.testing.assert_array_equal(np.concatenate(halves), b["inputs"])
-  with pytest.raises(DataError, match="source 'gutenberg' has \\d+ eval tokens, fewer than seq_len"):
+  with pytest.raises(DataError,
+                     match=r"source 'gutenberg' has \d+ eval tokens, fewer than seq_len"):
     eval_batches(data, "gutenberg", seq_len=100_000, num_sequences=2)
   with pytest.raises(DataError, match="unknown source 'web'"):
     eval_batches(data, "web", seq_len=SEQ, num_sequences=2)

@@ -87,3 +87,16 @@ def test_bad_optim_config_names_the_field(field, value, match):
   c = ml_collections.ConfigDict({**_cfg().to_dict(), field: value})
   with pytest.raises((ValueError, TypeError), match=match):
     optim.validate_optim_config(c, total_steps=1000)
+
+
+def test_the_default_wsd_decay_must_fit_after_the_warmup_too():
+  # decay_steps = 0 means 20% of the run (20 of 100 steps): after a 90-step warmup the rate would
+  # drop from the warmup's 0.99 peak to 0.55 in one step, never holding the peak.
+  c = ml_collections.ConfigDict({**_cfg().to_dict(), "schedule": "wsd", "warmup_steps": 90,
+                                 "decay_steps": 0})
+  with pytest.raises(ValueError, match=r"optim.decay_steps = 0 \(the default: 20% of the run, 20 "
+                                       r"steps\) does not fit after the warmup "
+                                       r"\(optim.warmup_steps = 90\) in train.num_steps = 100"):
+    optim.validate_optim_config(c, total_steps=100)
+  c.warmup_steps = 80   # 80 + 20 = 100: fits exactly
+  optim.validate_optim_config(c, total_steps=100)

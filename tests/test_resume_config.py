@@ -1,4 +1,4 @@
-"""train.config_changes: what a resumed run reports about the config its checkpoint was saved under."""
+"""train.config_changes: what a resumed run says about the config its checkpoint was saved under."""
 
 from andrea_jax import config as config_lib
 from andrea_jax import train

@@ -116,6 +116,10 @@ def test_lanczos_rejects_bad_k():
     terrain.hessian_top_eigenvalues(lambda w: w @ w, jnp.ones(3), jax.random.key(0), k=4)
   with pytest.raises(ValueError, match="k must be"):
     terrain.hessian_top_eigenvalues(lambda w: w @ w, jnp.ones(3), jax.random.key(0), k=0)
+  for bad in (0, -3, 2.0):
+    with pytest.raises(ValueError, match=rf"num_iters must be an int >= 1, got {bad!r}"):
+      terrain.hessian_top_eigenvalues(lambda w: w @ w, jnp.ones(3), jax.random.key(0), k=1,
+                                      num_iters=bad)
 
 
 @functools.partial(jax.jit, static_argnames=("num",))

@@ -72,6 +72,9 @@ def test_basin_report_rejects_bad_settings():
     terrain.basin_report(loss_fn, params, jax.random.key(0), sigmas=[])
   with pytest.raises(ValueError, match="hessian_k"):
     terrain.basin_report(loss_fn, params, jax.random.key(0), hessian_k=-1)
+  for bad in (float("inf"), float("nan"), 0.0, True):
+    with pytest.raises(ValueError, match="slice_range must be a finite number > 0"):
+      terrain.basin_report(loss_fn, params, jax.random.key(0), slice_range=bad)
 
 
 def test_plots_return_figures_and_check_shapes(tmp_path):

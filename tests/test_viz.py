@@ -70,6 +70,10 @@ def test_attention_maps_one_panel_per_head():
 def test_smoothing_is_a_trailing_mean():
   np.testing.assert_allclose(viz._smooth(np.array([[1.0, 2, 3, 4]]), 2), [[1, 1.5, 2.5, 3.5]])
   np.testing.assert_allclose(viz._smooth(np.array([[1.0, np.nan, 3, 5]]), 3), [[1, 1, 2, 4]])
+  # An infinity (a diverged variant) is left out like a NaN, not spread over the rest of the curve.
+  diverged = np.array([[2.0, 2, np.inf, 2, 2, 2, 2, 2]])
+  np.testing.assert_allclose(viz._smooth(diverged, 2), [[2.0] * 8])
+  np.testing.assert_allclose(viz._smooth(np.array([[1.0, -np.inf, 3, 5]]), 3), [[1, 1, 2, 4]])
 
 
 def test_grouped_curves_draw_the_group_means():

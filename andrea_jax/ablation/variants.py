@@ -18,9 +18,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from typing import Any
 
 import ml_collections
+import numpy as np
+
+from andrea_jax import optim
 
 VARIANT_FIELDS = ("seed", "warmup_steps", "peak_lr", "init_std")
 
@@ -68,16 +72,24 @@ def resolve_variants(config: ml_collections.ConfigDict, variants: list[dict[str,
                        "separately)")
     f = {**defaults, **v}
     seed, warmup, lr, std = f["seed"], f["warmup_steps"], f["peak_lr"], f["init_std"]
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
+    # numpy numbers count (np.arange of warmups is the usual way to write a sweep).
+    integer = lambda x: isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_))
+    if not integer(seed) or not 0 <= seed < 2**31:
       raise ValueError(f"variants[{i}].seed must be an integer in [0, 2**31), got {seed!r}")
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or not 0 <= warmup <= num_steps:
+    if not integer(warmup) or not 0 <= warmup <= num_steps:
       raise ValueError(f"variants[{i}].warmup_steps must be an integer in [0, num_steps = "
                        f"{num_steps}], got {warmup!r}")
+    try:   # the same rule the trainer applies to one run: a wsd decay must fit after the warmup
+      optim.check_wsd_fits(config.optim, int(warmup), num_steps,
+                           field=f"variants[{i}].warmup_steps")
+    except ValueError as e:
+      raise ValueError(str(e)) from None
     for name, x in (("peak_lr", lr), ("init_std", std)):
-      if (isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x)
-          or not x > 0):
+      if (isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real)
+          or not math.isfinite(x) or not x > 0):
         raise ValueError(f"variants[{i}].{name} must be a finite number > 0, got {x!r}")
-    out.append(Variant(seed=seed, warmup_steps=warmup, peak_lr=float(lr), init_std=float(std)))
+    out.append(Variant(seed=int(seed), warmup_steps=int(warmup), peak_lr=float(lr),
+                       init_std=float(std)))
   return out
 
 

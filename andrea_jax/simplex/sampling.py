@@ -117,8 +117,8 @@ def acceptance_probabilities(lower: jax.Array, upper: jax.Array) -> tuple[jax.Ar
 
   (the set where ``y_j > c_j`` for all ``j in J`` is a copy of the simplex shrunk by
   ``1 - sum_J c_j / m``). ``p = 1`` when ``k <= 1`` or ``m = 0``. Evaluated as a ``2^n`` table
-  (``n <= 20``), jittable with traced bounds; bounds ``[..., n]`` give one pair per region, ``[...]``
-  each. The alternating sum cancels: exact to ~1e-14 in
+  (``n <= 20``), jittable with traced bounds; bounds ``[..., n]`` give one pair per region,
+  ``[...]`` each. The alternating sum cancels: exact to ~1e-14 in
   float64, but in float32 it loses ~1e-5 absolute when many of 16 caps bind (e.g. 9e-6 for a true
   1.7e-14). That only moves the choice of path near ``min_acceptance``, never the law of the
   samples; enable float64 (``jax.enable_x64``) for precise values.

@@ -121,6 +121,8 @@ def hessian_top_eigenvalues(loss_fn: Callable[[PyTree], jax.Array], params: PyTr
     >>> lam = hessian_top_eigenvalues(loss_fn, params, jax.random.key(0), k=3, num_iters=40)
     >>> lam[0]  # the sharpest curvature
   """
+  if isinstance(num_iters, bool) or not isinstance(num_iters, int) or num_iters < 1:
+    raise ValueError(f"num_iters must be an int >= 1, got {num_iters!r}")
   flat_n, unravel = ravel_pytree(params)
   n = flat_n.shape[0]
   m = min(int(num_iters), n)

@@ -90,8 +90,9 @@ def basin_report(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, key: ja
   _check_count("hessian_iters", hessian_iters, 1)
   _check_count("trace_samples", trace_samples, 0)
   _check_count("slice_points", slice_points, 2)
-  if not (isinstance(slice_range, (int, float)) and slice_range > 0):
-    raise ValueError(f"slice_range must be a positive number, got {slice_range!r}")
+  if not (isinstance(slice_range, (int, float)) and not isinstance(slice_range, bool)
+          and math.isfinite(slice_range) and slice_range > 0):
+    raise ValueError(f"slice_range must be a finite number > 0, got {slice_range!r}")
   sigmas_K = np.asarray(sigmas, dtype=np.float64)
   if sigmas_K.ndim != 1 or sigmas_K.size == 0 or not np.all(np.isfinite(sigmas_K)):
     raise ValueError(f"sigmas must be a non-empty 1-D sequence of finite numbers, got {sigmas!r}")

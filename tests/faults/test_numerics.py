@@ -205,6 +205,10 @@ def test_nan_steps_in_a_real_run_never_reach_the_weights(reference, xla_cache, t
   ref = [r for r in logs.read_jsonl(str(reference / "metrics.jsonl")) if "loss" in r]
   assert records[:nan_steps[0]] == ref[:nan_steps[0]]
   assert records[nan_steps[0] + 1]["loss"] < records[0]["loss"]   # it went on learning
+  # A skipped step does not advance the optimizer's schedule (optax's count): from step 6 on the
+  # logged rate is the one applied, the reference's of one step earlier.
+  assert [r["lr"] for r in records[6:22]] == [r["lr"] for r in ref[5:21]]
+  assert records[6]["lr"] != ref[6]["lr"]
   before = harness.read_state(workdir / "checkpoints" / str(steps - every))
   after = harness.read_state(workdir / "checkpoints" / str(steps))
   weights = [k for k in before if k.startswith(("['params']", "['opt_state']"))]
