@@ -18,9 +18,6 @@ import os
 import jax
 import ml_collections
 
-_CLUSTER_ENV = ("SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE", "TPU_WORKER_HOSTNAMES",
-                "MEGASCALE_COORDINATOR_ADDRESS")
-
 
 def distributed_config() -> ml_collections.ConfigDict:
   d = ml_collections.ConfigDict()
@@ -42,29 +39,76 @@ def maybe_initialize(config: ml_collections.ConfigDict) -> bool:
   """
   d = config.get("distributed") or distributed_config()
   addr = d.coordinator_address or os.environ.get("JAX_COORDINATOR_ADDRESS", "")
+  num = d.num_processes or _env_int("JAX_NUM_PROCESSES", 0)
+  pid = d.process_id if d.process_id >= 0 else _env_int("JAX_PROCESS_ID", -1)
+  try:
+    local = [int(x) for x in d.local_device_ids.split(",")] if d.local_device_ids else None
+  except ValueError:
+    raise ValueError(f"distributed.local_device_ids must be comma-separated integers, got "
+                     f"{d.local_device_ids!r}") from None
   if addr:
-    num = d.num_processes or int(os.environ.get("JAX_NUM_PROCESSES", "0"))
-    pid = d.process_id if d.process_id >= 0 else int(os.environ.get("JAX_PROCESS_ID", "-1"))
     if num < 1 or pid < 0:
       raise ValueError(f"distributed.coordinator_address = {addr!r} needs num_processes (got {num}) "
                        f"and process_id (got {pid}), from the config or JAX_NUM_PROCESSES / "
                        "JAX_PROCESS_ID")
     if pid >= num:
       raise ValueError(f"distributed.process_id = {pid} must be < num_processes = {num}")
-    try:
-      local = [int(x) for x in d.local_device_ids.split(",")] if d.local_device_ids else None
-    except ValueError:
-      raise ValueError(f"distributed.local_device_ids must be comma-separated integers, got "
-                       f"{d.local_device_ids!r}") from None
-    _cpu_collectives()
-    jax.distributed.initialize(coordinator_address=addr, num_processes=num, process_id=pid,
-                               local_device_ids=local)
+    _initialize(coordinator_address=addr, num_processes=num, process_id=pid,
+                local_device_ids=local)
     return True
-  if d.get("auto", False) or any(v in os.environ for v in _CLUSTER_ENV):
-    _cpu_collectives()
-    jax.distributed.initialize()
+  cluster = d.get("auto", False) or _in_multiprocess_job()
+  if not cluster:
+    given = [f"{name} = {value!r}" for name, value, unset in (
+        ("num_processes", num, 0), ("process_id", pid, -1),
+        ("local_device_ids", d.local_device_ids, "")) if value != unset]
+    if given:   # without a coordinator every host would train alone into the same workdir
+      raise ValueError(f"distributed.{', '.join(given)} without a coordinator: set "
+                       "distributed.coordinator_address (or JAX_COORDINATOR_ADDRESS), or "
+                       "distributed.auto on a cluster JAX detects")
+    return False
+  _initialize(num_processes=num or None, process_id=pid if pid >= 0 else None,
+              local_device_ids=local)
+  return True
+
+
+def _env_int(name: str, default: int) -> int:
+  value = os.environ.get(name, "")
+  if not value:
+    return default
+  try:
+    return int(value)
+  except ValueError:
+    raise ValueError(f"environment variable {name} = {value!r} is not an integer") from None
+
+
+def _in_multiprocess_job() -> bool:
+  """Whether the environment is a cluster job of several processes that JAX can set up: a SLURM
+  job step of more than one task, an Open MPI world of more than one, or a TPU VM slice. A
+  single-task SLURM allocation (an ``salloc`` shell, a one-task batch job) is a single process."""
+  def count(*names):
+    for name in names:
+      try:
+        return int(os.environ[name])
+      except (KeyError, ValueError):
+        continue
+    return 1
+  if "SLURM_JOB_ID" in os.environ and "SLURM_STEP_NODELIST" in os.environ:
+    if count("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS") > 1:
+      return True
+  if count("OMPI_COMM_WORLD_SIZE") > 1:
     return True
-  return False
+  return any(v in os.environ for v in ("TPU_WORKER_HOSTNAMES", "MEGASCALE_COORDINATOR_ADDRESS"))
+
+
+def _initialize(**kwargs) -> None:
+  """``jax.distributed.initialize`` with gloo for CPU collectives; its failures name the section."""
+  _cpu_collectives()
+  try:
+    jax.distributed.initialize(**kwargs)
+  except (RuntimeError, ValueError) as e:
+    raise ValueError(f"distributed: jax.distributed.initialize failed ({e}); set "
+                     "distributed.coordinator_address, num_processes and process_id (or "
+                     "JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID)") from e
 
 
 def _cpu_collectives() -> None:

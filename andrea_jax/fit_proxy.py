@@ -135,6 +135,15 @@ def load_config_file(spec: str) -> ml_collections.ConfigDict:
   return module.get_config(arg) if arg else module.get_config()
 
 
+def _checkpointed_to(probe_dir: str) -> int:
+  """The step of the newest checkpoint directory of a probe (0 when it has none)."""
+  try:
+    names = os.listdir(os.path.join(probe_dir, "checkpoints"))
+  except OSError:
+    return 0
+  return max((int(n) for n in names if n.isdigit()), default=0)
+
+
 def probe_cost(probe: ml_collections.ConfigDict, target: ml_collections.ConfigDict,
                num_probes: int, probe_steps: int) -> float:
   """The probes' compute in target runs, counted as parameters x tokens: ``num_probes *
@@ -236,6 +245,12 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *, ratio: float = 4.0, 
         if finished and (old["train"]["stop_step"] or num_steps) < probe_steps:
           finished = False
           os.remove(done)
+        elif not finished and _checkpointed_to(probe_dir) >= probe_steps:
+          # Interrupted past this probe's end: every record of a step before its checkpoint was
+          # written before it, so the log already holds this probe (resuming would be refused).
+          finished = True
+          with open(done, "w") as f:
+            json.dump(stored, f)
       if changed:
         raise ValueError(f"{probe_dir} {'is a finished' if finished else 'holds an interrupted'} "
                          f"probe of another config ({', '.join(changed[:5])}"

@@ -85,7 +85,8 @@ def mesh_shape(cfg: ml_collections.ConfigDict, device_count: int) -> tuple[int, 
       raise ValueError(f"mesh.fsdp = {fsdp} does not divide the {device_count} devices")
     return device_count // fsdp, fsdp
   if data * fsdp != device_count:
-    what = "does not divide" if device_count % (data * fsdp) else "uses only part of"
+    what = ("needs more than" if data * fsdp > device_count else
+            "does not divide" if device_count % (data * fsdp) else "uses only part of")
     raise ValueError(f"mesh.data x mesh.fsdp = {data} x {fsdp} = {data * fsdp} {what} the "
                      f"{device_count} devices; set mesh.data = -1 to take all of them")
   return int(data), fsdp

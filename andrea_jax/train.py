@@ -259,6 +259,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   if restored is not None:
     start, state, meta = restored
     print(f"resuming from step {start} ({checkpoints.directory}/{start})")
+    if int(jax.device_get(state.halted_at)) >= 0 or int(jax.device_get(state.nonfinite_streak)):
+      # Saved by an older version after a halt (its weights are the last good ones: skipped steps
+      # never reach them). The resumed run, changed as the halt suggested, starts a fresh count.
+      print(f"the checkpoint at step {start} was saved during a streak of non-finite steps; "
+            "resuming with the streak cleared", file=sys.stderr)
+      state = state.replace(
+          nonfinite_streak=jax.device_put(jnp.int32(0), state.nonfinite_streak.sharding),
+          halted_at=jax.device_put(jnp.int32(-1), state.halted_at.sharding))
     changed = config_changes(meta.get("config") if isinstance(meta, dict) else None,
                              config.to_dict())
     if changed and is_main:
@@ -328,6 +336,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     # Every record of a step < at is in metrics.jsonl before checkpoint `at` exists: a run resumed
     # from it keeps exactly those (logs.truncate_jsonl) and writes the rest again.
     flush_pending()
+    _raise_if_halted(run, state.halted_at)   # a halted run saves nothing past its last good state
     if at not in saved:
       checkpoints.save(at, state, {"step": at, "config": config.to_dict()})
       saved.add(at)
@@ -376,6 +385,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
           summary["interrupted_at"] = t + 1
           break
       flush_pending()
+      _raise_if_halted(run, state.halted_at)   # also when the streak ended between log steps
       if "interrupted_at" not in summary:
         # At a stop_step as at num_steps; a run resumed from checkpoint `end` drops this record
         # and makes the evaluation at `end` only if eval.every asks for it, as an uninterrupted run.
@@ -404,14 +414,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   return summary
 
 
-def _log_step(run, logger, feed, t, metrics, bar=None):
-  m = jax.device_get(metrics)
-  if int(m["halted_at"]) >= 0:
-    first = int(m["halted_at"])
+def _raise_if_halted(run, halted_at) -> None:
+  """``TrainingHalted`` when a streak of non-finite steps reached the limit (``halted_at >= 0``)."""
+  first = int(jax.device_get(halted_at))
+  if first >= 0:
     raise TrainingHalted(
         f"{run.step_config.max_nonfinite_steps} consecutive steps with a non-finite loss or gradient "
         f"(steps {first}..{first + run.step_config.max_nonfinite_steps - 1}); they were skipped and "
         "the weights are unchanged. Lower optim.peak_lr, raise optim.warmup_steps or check the data.")
+
+
+def _log_step(run, logger, feed, t, metrics, bar=None):
+  m = jax.device_get(metrics)
+  _raise_if_halted(run, m["halted_at"])
   weights = feed.used(t)
   rec = _step_record(run, m, weights)
   logger.write(rec)

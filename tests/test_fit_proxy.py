@@ -316,6 +316,26 @@ def test_probes_run_to_another_stop_are_reused_or_go_on(tmp_path):
   np.testing.assert_allclose(out["b"], B, atol=2e-6)
 
 
+def test_a_probe_interrupted_past_the_asked_stop_is_reused(tmp_path):
+  """Probes made with --stop 0.75, killed after their checkpoint at 3/4 of the run: a half-length
+  fit finds its steps in their logs (resuming them would be refused, past the stop); one killed
+  before the half goes on."""
+  config = _experiment("tiny").get_config()
+  n = config.train.num_steps
+  fit_proxy.fit(config, str(tmp_path), stop=1.0, runner=_power_law_runner([]))
+  for k in range(20):    # as an interrupted probe leaves its folder: config.json, no done.json
+    probe = tmp_path / f"probe_{k:02d}"
+    stored = json.loads((probe / "done.json").read_text())
+    stored["train"]["stop_step"] = 3 * n // 4
+    (probe / "config.json").write_text(json.dumps(stored))
+    (probe / "done.json").unlink()
+    (probe / "checkpoints" / str(k and 3 * n // 4 or n // 4)).mkdir(parents=True)
+  calls = []
+  out = fit_proxy.fit(config, str(tmp_path), stop=0.5, runner=_power_law_runner(calls))
+  assert calls == [str(tmp_path / "probe_00")]   # only the one checkpointed before the half
+  np.testing.assert_allclose(out["b"], B, atol=2e-6)
+
+
 def test_late_losses_name_the_file_and_the_silent_source(tmp_path):
   path = tmp_path / "metrics.jsonl"
   path.write_text(json.dumps({"step": 95, "loss/chat": 1.0, "loss/oasst": 3.0}) + "\n"

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 
+import jax
 import pytest
 
 from andrea_jax import checkpoint as ckpt_lib
@@ -72,9 +73,12 @@ def _finish(procs, timeout=240) -> list[str]:
   return outs
 
 
+CLUSTER_ENV = ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS",
+               "OMPI_COMM_WORLD_SIZE", "TPU_WORKER_HOSTNAMES", "MEGASCALE_COORDINATOR_ADDRESS")
+
+
 def test_maybe_initialize_validates_before_connecting(monkeypatch):
-  for var in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID",
-              *distributed._CLUSTER_ENV):
+  for var in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", *CLUSTER_ENV):
     monkeypatch.delenv(var, raising=False)
   c = small_run_config()
   assert distributed.maybe_initialize(c) is False      # nothing set: one process, nothing to do
@@ -86,6 +90,45 @@ def test_maybe_initialize_validates_before_connecting(monkeypatch):
     distributed.maybe_initialize(c)
   c.distributed.process_id, c.distributed.local_device_ids = 1, "0,x"
   with pytest.raises(ValueError, match="distributed.local_device_ids must be comma-separated"):
+    distributed.maybe_initialize(c)
+
+
+def test_a_single_process_job_or_missing_coordinator_is_handled(monkeypatch):
+  for var in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", *CLUSTER_ENV):
+    monkeypatch.delenv(var, raising=False)
+  calls = []
+  monkeypatch.setattr(jax.distributed, "initialize", lambda **kw: calls.append(kw))
+  c = small_run_config()
+  # An salloc shell or a one-task batch job: one process, no initialisation.
+  monkeypatch.setenv("SLURM_JOB_ID", "123")
+  monkeypatch.setenv("SLURM_NTASKS", "1")
+  assert distributed.maybe_initialize(c) is False and calls == []
+  # A job step of two tasks is a cluster JAX sets up.
+  monkeypatch.setenv("SLURM_STEP_NODELIST", "node[1-2]")
+  monkeypatch.setenv("SLURM_NTASKS", "2")
+  assert distributed.maybe_initialize(c) is True and len(calls) == 1
+  for var in CLUSTER_ENV:
+    monkeypatch.delenv(var, raising=False)
+  # Without a coordinator, two hosts would each train alone into the shared workdir.
+  c.distributed.num_processes, c.distributed.process_id = 2, 1
+  with pytest.raises(ValueError, match=r"distributed.num_processes = 2, process_id = 1 without a "
+                                       r"coordinator"):
+    distributed.maybe_initialize(c)
+  c.distributed.num_processes, c.distributed.process_id = 0, -1
+  monkeypatch.setenv("JAX_COORDINATOR_ADDRESS", "127.0.0.1:1")
+  monkeypatch.setenv("JAX_NUM_PROCESSES", "two")
+  with pytest.raises(ValueError, match="environment variable JAX_NUM_PROCESSES = 'two' is not an "
+                                       "integer"):
+    distributed.maybe_initialize(c)
+  # A failure inside jax.distributed.initialize names the section.
+  monkeypatch.setenv("JAX_NUM_PROCESSES", "2")
+  monkeypatch.setenv("JAX_PROCESS_ID", "0")
+
+  def fail(**kw):
+    raise RuntimeError("coordinator_address should be defined.")
+  monkeypatch.setattr(jax.distributed, "initialize", fail)
+  with pytest.raises(ValueError, match=r"distributed: jax.distributed.initialize failed "
+                                       r"\(coordinator_address should be defined.\)"):
     distributed.maybe_initialize(c)
 
 

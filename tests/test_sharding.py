@@ -80,6 +80,8 @@ def test_mesh_shape_resolves_and_names_the_field():
     sharding.mesh_shape(_mesh_cfg(data=3, fsdp=2), 8)
   with pytest.raises(ValueError, match=r"= 4 uses only part of the 8 devices"):
     sharding.mesh_shape(_mesh_cfg(data=2, fsdp=2), 8)
+  with pytest.raises(ValueError, match=r"= 4 needs more than the 2 devices"):
+    sharding.mesh_shape(_mesh_cfg(data=2, fsdp=2), 2)
   with pytest.raises(ValueError, match="mesh.data must be -1"):
     sharding.mesh_shape(_mesh_cfg(data=0), 8)
   with pytest.raises(ValueError, match="mesh.fsdp must be >= 1, got 0"):

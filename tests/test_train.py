@@ -126,6 +126,21 @@ def test_non_finite_steps_change_nothing_and_halt_after_the_limit():
   assert halted == [-1, -1, 0, 0]   # the third bad step in a row reaches the limit; the streak began at 0
 
 
+def test_a_halt_between_log_steps_saves_nothing_past_it_and_ends_in_the_error(tmp_path):
+  # A huge learning rate makes steps non-finite from step 2 on; the limit (3) is reached at step
+  # 4, between log steps (every 10) and before the stop at 7: neither the checkpoint at 5 nor the
+  # end may save the halted state or report success.
+  from andrea_jax import logs
+  c = small_run_config(num_steps=20)
+  c.train.update(log_every=10, checkpoint_every=5, max_nonfinite_steps=3, stop_step=7)
+  c.optim.update(peak_lr=1e9, warmup_steps=1)
+  with pytest.raises(train.TrainingHalted, match=r"3 consecutive steps .* \(steps 2..4\)"):
+    train.train_and_evaluate(c, str(tmp_path / "run"))
+  assert os.listdir(tmp_path / "run" / "checkpoints") == []
+  assert not [r for r in logs.read_jsonl(str(tmp_path / "run" / "metrics.jsonl"))
+              if "eval/mean_loss" in r]   # no final evaluation of a halted run
+
+
 def test_invalid_config_is_rejected_before_anything_runs(tmp_path):
   c = small_run_config()
   c.curriculum.geometries.v3_polish.floors.hermes3_general = 0.8
