@@ -52,10 +52,12 @@ class Evaluator:
                     for p in self.cfg.prompts]
     mcfg = run.model_config
     top_k = self.cfg.top_k or None
+    # A model vocabulary larger than the tokenizer's (unused rows) must not emit undecodable ids.
+    limit = min(tokenizer.vocab_size, mcfg.vocab_size)
     self._generate = jax.jit(
         lambda p, prompt, key, greedy: generate(
             p, mcfg, prompt, key, max_new_tokens=self.cfg.sample_tokens,
-            temperature=self.cfg.temperature, top_k=top_k, greedy=greedy),
+            temperature=self.cfg.temperature, top_k=top_k, greedy=greedy, vocab_limit=limit),
         static_argnames=("greedy",))
 
   def losses(self, params) -> dict[str, float]:

@@ -65,14 +65,19 @@ def sample_logits(logits_BxV: jax.Array, key: jax.Array, *, temperature: float =
 
 def generate(params: PyTree, config: ModelConfig, prompt_BxP: jax.Array, key: jax.Array, *,
              max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-             greedy: bool = False) -> jax.Array:
+             greedy: bool = False, vocab_limit: int | None = None) -> jax.Array:
   """Continues each prompt by ``max_new_tokens`` sampled tokens; returns ``[B, P + N]`` int32.
 
   All prompts have the same length ``P`` (no left padding) and ``P + N <= config.max_len``. New
   token ``i`` is drawn with the ``i``-th key of ``jax.random.split(key, N)``: the same key gives the
   same tokens. Greedy decoding equals repeated argmax of the full (uncached) forward pass.
 
-  Jittable: ``jax.jit(generate, static_argnames=("max_new_tokens", "top_k", "greedy"))``. Concrete
+  ``vocab_limit`` draws only ids below it: a model whose vocabulary is larger than its tokenizer's
+  (ANDREA-120M's 50,257 rows with the byte tokenizer) never emits an id the tokenizer cannot
+  decode.
+
+  Jittable: ``jax.jit(generate, static_argnames=("max_new_tokens", "top_k", "greedy",
+  "vocab_limit"))``. Concrete
   bad input raises ``ValueError`` naming it (a prompt id outside the vocabulary, a temperature
   that is not a finite number > 0); under ``jit`` a traced temperature cannot, and a bad one gives
   new ids of ``-1`` (:func:`sample_logits`).
@@ -100,8 +105,12 @@ def generate(params: PyTree, config: ModelConfig, prompt_BxP: jax.Array, key: ja
   if P + max_new_tokens > config.max_len:
     raise ValueError(f"prompt length {P} + max_new_tokens {max_new_tokens} exceeds "
                      f"config.max_len={config.max_len}")
-  if top_k is not None and not 1 <= top_k <= config.vocab_size:
-    raise ValueError(f"top_k must be in [1, {config.vocab_size}]; got {top_k!r}")
+  limit = config.vocab_size if vocab_limit is None else vocab_limit
+  if (isinstance(limit, bool) or not isinstance(limit, numbers.Integral)
+      or not 1 <= limit <= config.vocab_size):
+    raise ValueError(f"vocab_limit must be an int in [1, {config.vocab_size}]; got {vocab_limit!r}")
+  if top_k is not None and not 1 <= top_k <= limit:
+    raise ValueError(f"top_k must be in [1, {limit}]; got {top_k!r}")
   if not greedy:
     _check_temperature(temperature)
   prompt_BxP = jnp.asarray(prompt_BxP, jnp.int32)
@@ -116,6 +125,8 @@ def generate(params: PyTree, config: ModelConfig, prompt_BxP: jax.Array, key: ja
     return state["cache"], logits_BxTxV[:, -1]
 
   def sample(logits_BxV, step_key):
+    if limit < logits_BxV.shape[-1]:
+      logits_BxV = jnp.where(jnp.arange(logits_BxV.shape[-1]) < limit, logits_BxV, -jnp.inf)
     return sample_logits(logits_BxV, step_key, temperature=temperature, top_k=top_k,
                          greedy=greedy)
 

@@ -121,13 +121,14 @@ def _check_sampling(cfg: ml_collections.ConfigDict, tokenizer: str, mcfg: ModelC
   """The evaluation's samples fit the model, checked now rather than after training: ``top_k``
   within the vocabulary, each prompt (after the end-of-document id) plus ``sample_tokens`` within
   ``model.max_len``."""
-  if cfg.top_k > mcfg.vocab_size:
-    raise ValueError(f"eval.top_k = {cfg.top_k} exceeds the vocabulary ({mcfg.vocab_size} ids; "
-                     "0 samples from all of them)")
   if not cfg.sample_tokens:
     return
   from andrea_jax import data as data_lib
   tok = data_lib.load_tokenizer(tokenizer)
+  ids = min(mcfg.vocab_size, tok.vocab_size)   # samples are drawn among the tokenizer's ids
+  if cfg.top_k > ids:
+    raise ValueError(f"eval.top_k = {cfg.top_k} exceeds the vocabulary ({ids} ids; "
+                     "0 samples from all of them)")
   longest = max(cfg.prompts, key=lambda p: len(tok.encode(p)))
   need = 1 + len(tok.encode(longest)) + cfg.sample_tokens
   if need > mcfg.max_len:

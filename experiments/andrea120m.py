@@ -49,12 +49,14 @@ def get_config(variant: str = "v2") -> ml_collections.ConfigDict:
   # ANDREA-120M = GPT-2 small: 12 layers, 12 heads, d_model 768 (d_k 64), MLP 3072, context 1024;
   # bf16 compute, float32 master weights and optimizer moments.
   c.model.update(andrea_120m(dtype="bfloat16").to_dict())
-  # Vocabulary (not in the seed): bytes by default, so the config runs with no file at hand
-  # (257 ids: the embedding shrinks from 38.6M to 0.3M parameters, 86M in all). For the GPT-2
-  # BPE, point the tokenizer at a tokenizers JSON and let the model take its size:
-  #   --config.data.tokenizer=/path/to/gpt2/tokenizer.json --config.model.vocab_size=0
+  # Vocabulary (not in the seed): GPT-2's 50,257 rows, so that the model is ANDREA-120M's
+  # 124,475,904 parameters (the seed's "point in R^~120,000,000") whatever the tokenizer. The
+  # tokenizer is bytes by default, so the config runs with no file at hand: it uses the first 257
+  # rows, and the evaluation samples only those. For the GPT-2 BPE, point it at a tokenizers JSON:
+  #   --config.data.tokenizer=/path/to/gpt2/tokenizer.json
+  # (--config.model.vocab_size=0 takes the tokenizer's size: 86M parameters with bytes.)
   c.data.tokenizer = "bytes"
-  c.model.vocab_size = 0                    # 0 = the tokenizer's vocabulary size
+  c.model.vocab_size = 50_257
   # Data (not in the seed): the built-in corpus is synthetic and small; a real run points every
   # source at its files, e.g.
   #   --config.data.corpus=files --config.data.files.chat.paths=/data/chat/*.jsonl

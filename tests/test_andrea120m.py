@@ -2,9 +2,11 @@
 
 import importlib.util
 
+import jax
 import pytest
 
 from andrea_jax import runconfig
+from andrea_jax.model import init_params
 from conftest import REPO
 
 
@@ -37,7 +39,11 @@ def test_every_variant_validates_as_andrea_120m(configs):
     m = run.model_config
     assert (m.num_layers, m.num_heads, m.d_model, m.d_mlp, m.max_len, m.head_dim) == (
         12, 12, 768, 3072, 1024, 64), name
-    assert m.dtype == "bfloat16" and m.vocab_size == 257, name    # the byte tokenizer's 256 + 1
+    # GPT-2's vocabulary: GPT-2 small's 124M parameters (its tied embedding padded to 50,304
+    # rows: 50,304 x 768 + 1024 x 768 + 12 blocks of 7,087,872 + the final LayerNorm's 1,536).
+    assert m.dtype == "bfloat16" and m.vocab_size == 50_257, name
+    assert sum(x.size for x in jax.tree.leaves(jax.eval_shape(
+        init_params, m, jax.random.key(0)))) == 50_304 * 768 + 1024 * 768 + 12 * 7_087_872 + 1536
     assert c.train.num_steps == 200_000 and c.optim.peak_lr == 3e-4, name
     assert c.data.global_batch_size * c.data.seq_len == 524_288, name   # 0.5M tokens per step
     assert c.data.global_batch_size % (8 * c.optim.grad_accum_steps) == 0, name   # 8 GPUs

@@ -174,3 +174,21 @@ def test_a_sequence_longer_than_max_len_is_refused():
   tokens = jnp.zeros((1, CFG.max_len + 1), jnp.int32)
   with pytest.raises(ValueError, match=f"sequence length {CFG.max_len + 1} exceeds config.max_len"):
     m.Transformer(CFG).apply({"params": PARAMS}, tokens)
+
+
+def test_vocab_limit_keeps_every_new_id_below_it():
+  # A model with more rows than its tokenizer (ANDREA-120M's 50,257 with the byte tokenizer's 257):
+  # only ids the tokenizer can decode may come out, greedy or sampled.
+  limit = 7
+  for kwargs in ({"greedy": True}, {"temperature": 5.0}, {"top_k": limit}):
+    out = np.asarray(gen.generate(PARAMS, CFG, PROMPT, jax.random.key(3), max_new_tokens=12,
+                                  vocab_limit=limit, **kwargs))
+    assert (out[:, PROMPT.shape[1]:] < limit).all() and (out[:, PROMPT.shape[1]:] >= 0).all()
+  unlimited = np.asarray(gen.generate(PARAMS, CFG, PROMPT, jax.random.key(3), max_new_tokens=12,
+                                      temperature=5.0))
+  assert (unlimited[:, PROMPT.shape[1]:] >= limit).any()   # the limit is what kept them below
+  with pytest.raises(ValueError, match=r"top_k must be in \[1, 7\]"):
+    gen.generate(PARAMS, CFG, PROMPT, jax.random.key(0), max_new_tokens=2, vocab_limit=7, top_k=8)
+  with pytest.raises(ValueError, match=r"vocab_limit must be an int in \[1, "):
+    gen.generate(PARAMS, CFG, PROMPT, jax.random.key(0), max_new_tokens=2,
+                 vocab_limit=CFG.vocab_size + 1)
