@@ -189,6 +189,8 @@ def verify(step_dir: str) -> str | None:
 class Checkpoints:
   """Asynchronous checkpoints of a pytree ``state`` and a JSON ``meta`` dict under ``directory``.
 
+  ``keep`` newest checkpoints are kept, and with ``keep_period`` also every one at a multiple of it.
+
   Example:
     >>> ckpts = Checkpoints("runs/tiny/checkpoints", keep=3)
     >>> ckpts.save(250, state, {"step": 250})          # returns once the arrays are copied
@@ -196,7 +198,7 @@ class Checkpoints:
     >>> ckpts.close()
   """
 
-  def __init__(self, directory: str, *, keep: int = 3):
+  def __init__(self, directory: str, *, keep: int = 3, keep_period: int = 0):
     self.directory = os.path.abspath(directory)
     self._primary = jax.process_index() == 0
     if self._primary and os.path.isdir(self.directory):
@@ -206,7 +208,10 @@ class Checkpoints:
         if name.isdigit() and os.path.isfile(leftover) and not os.path.islink(leftover):
           os.remove(leftover)
       self._empty_deleting(remove=True)   # no manager yet: nothing can be renaming into it
-    options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=True,
+    # keep_period: a checkpoint at a multiple of it is kept beyond the newest ``keep`` (a basin to
+    # measure later, e.g. ANDREA-120M's step 112,000 next to the v3 pivot).
+    options = ocp.CheckpointManagerOptions(max_to_keep=keep, keep_period=keep_period or None,
+                                           enable_async_checkpointing=True,
                                            cleanup_tmp_directories=True, create=True,
                                            todelete_subdir=_DELETING)
     self._mngr = ocp.CheckpointManager(

@@ -69,6 +69,7 @@ def train_section() -> ml_collections.ConfigDict:
   t.log_every = 20          # steps between metric reads (host syncs) and log lines
   t.checkpoint_every = 500  # steps between asynchronous checkpoints (also on SIGTERM/SIGINT and at the end)
   t.keep_checkpoints = 3    # newest checkpoints kept on disk
+  t.keep_period = 0         # also keep every checkpoint at a multiple of this step (0 = none)
   t.max_nonfinite_steps = 5  # consecutive non-finite steps (skipped) before the run stops
   # Attention inside each packed document only (segment mask); False = plain causal over the row, as
   # GPT-2/nanoGPT trained: the fused cuDNN kernel's fastest path (no mask tensor), see bench/gpu.py.

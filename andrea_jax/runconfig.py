@@ -78,6 +78,8 @@ def validate_train_config(cfg: ml_collections.ConfigDict) -> None:
   _positive_int("train", cfg, "log_every")
   _positive_int("train", cfg, "checkpoint_every", minimum=0)
   _positive_int("train", cfg, "keep_checkpoints")
+  if "keep_period" in cfg:
+    _positive_int("train", cfg, "keep_period", minimum=0)
   _positive_int("train", cfg, "max_nonfinite_steps")
   for name in ("progress_bar", "plot", "tensorboard"):
     if not isinstance(cfg[name], bool):

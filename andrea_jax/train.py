@@ -134,7 +134,8 @@ class _Signals:
 # Fields a resumed run may change without changing what it computes: when and how it stops,
 # logs, evaluates and checkpoints, and where its data and devices come from.
 RESUME_FREE = ("train.stop_step", "train.log_every", "train.progress_bar", "train.plot",
-               "train.tensorboard", "train.checkpoint_every", "train.keep_checkpoints", "eval.",
+               "train.tensorboard", "train.checkpoint_every", "train.keep_checkpoints",
+               "train.keep_period", "eval.",
                "data.workers", "data.cache_dir", "data.prefetch", "data.verify", "mesh.",
                "distributed.")
 
@@ -251,7 +252,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   batch_sharding = sharding.batch_sharding(mesh)
   step_fn = step_lib.jit_step(run.step_config, state_shardings, batch_sharding)
   checkpoints = ckpt_lib.Checkpoints(os.path.join(workdir, "checkpoints"),
-                                     keep=config.train.keep_checkpoints)
+                                     keep=config.train.keep_checkpoints,
+                                     keep_period=config.train.get("keep_period", 0))
 
   restored = checkpoints.restore_latest(jax.tree.map(
       lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state))

@@ -49,6 +49,8 @@ def test_every_variant_validates_as_andrea_120m(configs):
     assert c.data.global_batch_size % (8 * c.optim.grad_accum_steps) == 0, name   # 8 GPUs
     if name != "v1":
       assert run.curriculum_spec.starts.tolist()[:2] == [0, 20_000], name
+    # The basin at ~112K can be measured after the run: that checkpoint is kept.
+    assert 112_000 % c.train.keep_period == 0 and 112_000 % c.train.checkpoint_every == 0, name
 
 
 def test_variants_differ_only_where_the_seed_says(configs):

@@ -135,6 +135,18 @@ def test_steps_past_keep_go_through_a_rename_and_leftovers_are_emptied(tmp_path)
   assert step == 4 and messages == [] and sorted(os.listdir(directory)) == ["3", "4"]
 
 
+def test_keep_period_keeps_every_multiple_beyond_the_newest(tmp_path):
+  """keep=1 newest, plus every step at a multiple of 4: of 2, 4, ..., 14 the steps 4, 8, 12 and
+  the newest, 14, remain, each sealed and restorable."""
+  directory = tmp_path / "checkpoints"
+  ckpts = ckpt_lib.Checkpoints(str(directory), keep=1, keep_period=4)
+  for step in range(2, 15, 2):
+    ckpts.save(step, corrupt.tiny_state(step), {"step": step})
+  ckpts.close()
+  assert sorted(int(n) for n in os.listdir(directory) if n.isdigit()) == [4, 8, 12, 14]
+  assert all(ckpt_lib.verify(str(directory / str(s))) is None for s in (4, 8, 12, 14))
+
+
 def test_emptying_deleting_never_races_orbaxs_rename(tmp_path):
   """Orbax moves a step past keep-N with ``mkdir(deleting)`` then ``rename(step, deleting/step)``,
   from its own thread; our sealer thread empties ``deleting/`` meanwhile. The interleaving that
