@@ -435,7 +435,24 @@ def _log_step(run, logger, feed, t, metrics, bar=None):
   if bar is not None:
     bar.set_description(f"loss {rec['loss']:.3f}")
   if "cliff/source" in rec:
-    print(f"\nzombie cliff at step {t}: loss {rec['loss']:.3f} far below its recent values; "
-          f"source {rec['cliff/source']!r}" + (" excluded from the next phase on"
-                                                 if run.cliff_cfg.respond else ""))
+    print("\n" + cliff_message(rec, t, run.curriculum_spec.geometry_names, run.cliff_cfg.respond))
+
+
+def cliff_message(rec: dict, t: int, geometry_names: Sequence[str], respond: bool) -> str:
+  """The console line of a zombie cliff flagged at step ``t`` (``rec``: the step's log record):
+  the source named, and excluded (``respond``) or the exclusion offered.
+
+  Example: ``"zombie cliff at step 150: loss 0.412 far below its recent values; source
+  'repo-docs'; to exclude it, add it to curriculum.geometries.v2_firehose.exclude and resume, ..."``
+  """
+  source = rec.get("cliff/source")
+  head = f"zombie cliff at step {t}: loss {rec['loss']:.3f} far below its recent values; "
+  if source is None:
+    return head + "no source named"
+  if respond:
+    return head + f"source {source!r} excluded from the next phase on"
+  where = geometry_names[min(int(rec.get("curriculum/geometry", 0)), len(geometry_names) - 1)]
+  return (head + f"source {source!r}; to exclude it, add it to curriculum.geometries.{where}"
+          ".exclude and resume, or train with --config.cliff.respond=True, which excludes what "
+          "the detector flags")
 

@@ -1,4 +1,4 @@
-"""train.config_changes: what a resumed run says about the config its checkpoint was saved under."""
+"""train: what a resumed run says about its checkpoint's config, and what a flagged cliff says."""
 
 from andrea_jax import config as config_lib
 from andrea_jax import train
@@ -25,3 +25,16 @@ def test_the_same_config_through_json_has_no_change():
   c.curriculum.eta = 0.25
   assert train.config_changes(saved, c.to_dict()) == [
       f"curriculum.eta: {saved['curriculum']['eta']!r} -> 0.25"]
+
+
+def test_a_cliff_names_its_source_and_offers_the_exclusion():
+  rec = {"loss": 0.4123, "cliff/source": "repo-docs", "curriculum/geometry": 1}
+  names = ("v2_warmup", "v2_firehose", "v3_polish")
+  assert train.cliff_message(rec, 150, names, respond=False) == (
+      "zombie cliff at step 150: loss 0.412 far below its recent values; source 'repo-docs'; to "
+      "exclude it, add it to curriculum.geometries.v2_firehose.exclude and resume, or train with "
+      "--config.cliff.respond=True, which excludes what the detector flags")
+  assert train.cliff_message(rec, 150, names, respond=True).endswith(
+      "source 'repo-docs' excluded from the next phase on")
+  assert train.cliff_message({**rec, "cliff/source": None}, 150, names, False).endswith(
+      "no source named")
