@@ -161,12 +161,17 @@ def from_hf_state_dict(state_dict: dict[str, Any], config: ModelConfig) -> PyTre
   return params
 
 
-def hf_gpt2_config(config: ModelConfig) -> dict[str, Any]:
+def hf_gpt2_config(config: ModelConfig, eod_id: int | None = None) -> dict[str, Any]:
   """The ``transformers.GPT2Config`` (as a ``config.json`` dict) of the same model.
 
-  Dropout is 0 (we train without it); the last token id (GPT-2's ``<|endoftext|>``, our
-  end-of-document byte token) is BOS and EOS.
+  Dropout is 0 (we train without it). BOS and EOS are ``eod_id``, the tokenizer's end-of-document
+  id (``tokenizer.eod_id``); by default the last id, which is the byte tokenizer's and GPT-2's
+  ``<|endoftext|>`` but not a BPE trained here (``train_bpe`` puts it at 0): pass it. The
+  tokenizer itself is not exported.
   """
+  eod = config.vocab_size - 1 if eod_id is None else eod_id
+  if isinstance(eod, bool) or not isinstance(eod, int) or not 0 <= eod < config.vocab_size:
+    raise ValueError(f"eod_id must be a token id in [0, {config.vocab_size}), got {eod_id!r}")
   return {
       "architectures": ["GPT2LMHeadModel"],
       "model_type": "gpt2",
@@ -184,8 +189,8 @@ def hf_gpt2_config(config: ModelConfig) -> dict[str, Any]:
       "attn_pdrop": 0.0,
       "scale_attn_weights": True,
       "tie_word_embeddings": True,
-      "bos_token_id": config.vocab_size - 1,
-      "eos_token_id": config.vocab_size - 1,
+      "bos_token_id": eod,
+      "eos_token_id": eod,
       "dtype": "float32",
   }
 
@@ -198,21 +203,24 @@ def _resolve(path: str | os.PathLike) -> tuple[str, str]:
   return path, os.path.join(path, _SAFETENSORS_NAME)
 
 
-def save_safetensors(params: PyTree, config: ModelConfig, path: str | os.PathLike) -> str:
+def save_safetensors(params: PyTree, config: ModelConfig, path: str | os.PathLike, *,
+                     eod_id: int | None = None) -> str:
   """Writes the HF state dict as safetensors plus an HF ``config.json`` beside it.
 
   ``path`` is a directory (gets ``model.safetensors``, which
   ``GPT2LMHeadModel.from_pretrained(dir)`` finds) or a ``.safetensors`` file. The tied
-  ``lm_head.weight`` is stored once, as ``wte`` (HF re-ties on load). Returns the path of the
+  ``lm_head.weight`` is stored once, as ``wte`` (HF re-ties on load). ``eod_id``: the tokenizer's
+  end-of-document id, HF's BOS and EOS (:func:`hf_gpt2_config`). Returns the path of the
   safetensors file.
   """
   directory, file = _resolve(path)
+  hf_config = hf_gpt2_config(config, eod_id)   # checks eod_id before anything is written
   os.makedirs(directory, exist_ok=True)
   tensors = to_hf_state_dict(params, config)
   del tensors["lm_head.weight"]
   safetensors.numpy.save_file(tensors, file, metadata={"format": "pt"})
   with open(os.path.join(directory, "config.json"), "w") as f:
-    json.dump(hf_gpt2_config(config), f, indent=2)
+    json.dump(hf_config, f, indent=2)
   return file
 
 

@@ -9,6 +9,7 @@ against the micro-batches, warmup against the run length) live here.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any
 
 import jax
@@ -175,6 +176,11 @@ def build(config: ml_collections.ConfigDict) -> Run:
         f"micro-batches must give every device whole rows")
   sources = sources_lib.SOURCES
   spec = curriculum.spec_from_config(config.curriculum, sources=sources)
+  late = [f"{name} ({start})" for name, start in zip(spec.geometry_names, spec.starts.tolist())
+          if start >= num_steps]
+  if late:   # e.g. train.num_steps overridden without the start steps laid out for the old length
+    warnings.warn(f"curriculum geometries {', '.join(late)} start at or after train.num_steps = "
+                  f"{num_steps}: they never come into force", stacklevel=2)
   cliff_cfg = cliff_lib.CliffConfig.from_config(config.cliff)
   step_cfg = step_lib.StepConfig(
       model=Transformer(mcfg), tx=tx, schedule=optim.learning_rate_schedule(config.optim, num_steps),

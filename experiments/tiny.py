@@ -1,7 +1,11 @@
 r"""The main job: a tiny ANDREA on the built-in 16-source corpus, the whole curriculum scaled down.
 
   make demo                       # = python -m andrea_jax.main --config=experiments/tiny.py --workdir=runs/tiny
-  python -m andrea_jax.main --config=experiments/tiny.py --workdir=runs/tiny --config.train.num_steps=200
+  python -m andrea_jax.main --config=experiments/tiny.py --workdir=runs/tiny --config.train.stop_step=200
+
+(``train.stop_step`` ends the run early with the schedules still laid out over the 1000 steps;
+``train.num_steps`` changes the length but not the geometries' start steps, 100 and 563: set
+``curriculum.geometries.<name>.start_step`` with it, or the run warns that a geometry never starts.)
 
 Hardware: sized for a 2-core laptop CPU (a few minutes); runs unchanged on a GPU in seconds.
 Expect: the held-out mean loss falls from ln(257) = 5.55 nats/byte to well under 2; the mixture starts

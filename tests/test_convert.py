@@ -88,6 +88,18 @@ def test_state_dict_round_trip_and_hf_config():
   hf_cfg = transformers.GPT2Config(**convert.hf_gpt2_config(CFG))
   assert (hf_cfg.n_embd, hf_cfg.n_layer, hf_cfg.n_head, hf_cfg.n_inner, hf_cfg.n_positions,
           hf_cfg.vocab_size, hf_cfg.activation_function) == (32, 2, 4, 64, 16, 100, "gelu_new")
+  assert (hf_cfg.bos_token_id, hf_cfg.eos_token_id) == (99, 99)   # the byte tokenizer's place
+  # A BPE trained here has its end of document at 0: the export must say so.
+  assert convert.hf_gpt2_config(CFG, eod_id=0)["eos_token_id"] == 0
+  with pytest.raises(ValueError, match=r"eod_id must be a token id in \[0, 100\), got 100"):
+    convert.hf_gpt2_config(CFG, eod_id=100)
+
+
+def test_save_safetensors_writes_the_tokenizers_end_of_document(tmp_path):
+  params = m.init_params(CFG, jax.random.key(0))
+  convert.save_safetensors(params, CFG, tmp_path / "d", eod_id=0)
+  written = json.loads((tmp_path / "d" / "config.json").read_text())
+  assert written["bos_token_id"] == written["eos_token_id"] == 0
 
 
 def test_hub_layout_without_prefix_is_accepted():

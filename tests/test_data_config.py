@@ -69,6 +69,18 @@ def test_validation_of_files():
   assert source_specs(cfg)["chat"].eval_fraction == 0.25
 
 
+def test_files_beside_a_prepared_dir_are_refused(tmp_path):
+  # The prepared directory is opened as is: files given beside it would be ignored without a word.
+  cfg = data_config()
+  cfg.corpus = "files"
+  cfg.prepared_dir = str(tmp_path)
+  validate_data_config(cfg)
+  cfg.files.chat.paths = "new/*.jsonl"
+  with pytest.raises(ValueError, match=r"data.prepared_dir = .* is opened as is, so "
+                                       r"data.files.chat.paths would be ignored"):
+    validate_data_config(cfg)
+
+
 def test_open_builtin(tmp_path):
   cfg = data_config()
   cfg.cache_dir = str(tmp_path)

@@ -185,6 +185,11 @@ def test_text_separator_rules(tmp_path):
   g.write_text("a whole file\nis one document\n")
   assert readers.read_unit(readers.work_units(str(g), SourceSpec((str(g),), "text"))[0]) == [
       "a whole file\nis one document\n"]
+  # A Windows file: its separator lines end in \r\n and still separate (they were read as text).
+  h = tmp_path / "crlf.txt"
+  h.write_bytes(f"first\r\n{SEP}\r\nsecond\r\n{SEP}\r\nthird\r\n".encode())
+  docs = readers.read_unit(readers.work_units(str(h), SourceSpec((str(h),), "text"))[0])
+  assert docs == ["first\r", "second\r", "third\r\n"]
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "text"])

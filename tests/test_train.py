@@ -141,6 +141,16 @@ def test_a_halt_between_log_steps_saves_nothing_past_it_and_ends_in_the_error(tm
               if "eval/mean_loss" in r]   # no final evaluation of a halted run
 
 
+def test_a_geometry_that_never_starts_is_warned_about():
+  # train.num_steps overridden without the geometries' start steps: the polish never comes.
+  c = small_run_config(num_steps=30)
+  polish = c.curriculum.geometries.v3_polish.start_step
+  c.train.num_steps = polish
+  with pytest.warns(UserWarning, match=rf"geometries v3_polish \({polish}\) start at or after "
+                                       rf"train.num_steps = {polish}: they never come into force"):
+    runconfig.build(c)
+
+
 def test_invalid_config_is_rejected_before_anything_runs(tmp_path):
   c = small_run_config()
   c.curriculum.geometries.v3_polish.floors.hermes3_general = 0.8

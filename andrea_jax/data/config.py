@@ -127,6 +127,12 @@ def validate_data_config(cfg: ml_collections.ConfigDict) -> None:
       raise ValueError(f"data.files.{name}: {e}") from None
   if cfg.corpus == "files" and not cfg.prepared_dir and not specs:
     raise ValueError("data.corpus is 'files' but no data.files.<source>.paths is set")
+  if cfg.prepared_dir and specs:
+    # The prepared directory is opened as is: these files would be silently ignored.
+    given = ", ".join(f"data.files.{_key(n)}.paths" for n in specs)
+    raise ValueError(f"data.prepared_dir = {cfg.prepared_dir!r} is opened as is, so {given} "
+                     "would be ignored: set one or the other (prepare the files with "
+                     "python -m andrea_jax.data.prepare, or leave prepared_dir empty)")
 
 
 def source_specs(cfg: ml_collections.ConfigDict) -> dict[str, readers.SourceSpec]:

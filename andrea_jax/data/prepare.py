@@ -43,8 +43,9 @@ def main(argv: Sequence[str]) -> None:
   print(f"{out}: tokenizer {m['tokenizer']['name']}, dtype {m['dtype']}; prepared "
         f"{list(result.prepared)}, already finished {list(result.skipped)}")
   for name, e in m["sources"].items():
-    print(f"  {name:18s} {e['documents']['train']:>9d} docs {e['tokens']['train']:>13d} train "
-          f"tokens {e['tokens']['eval']:>11d} eval tokens in {len(e['shards']['train'])} shard(s)")
+    print(f"  {name:18s} {e['documents']['train']:>9d} train docs {e['tokens']['train']:>13d} "
+          f"train tokens {e['tokens']['eval']:>11d} eval tokens in {len(e['shards']['train'])} "
+          "shard(s)")
 
 
 if __name__ == "__main__":

@@ -179,7 +179,7 @@ def _read_text(unit: WorkUnit) -> list[str]:
     raise DataError(f"{unit.path}, byte {unit.start + e.start}: invalid UTF-8") from e
   docs, current = [], []
   for line in text.split("\n"):
-    if line == unit.separator:
+    if line.rstrip("\r") == unit.separator:   # a Windows (CRLF) file's separator line too
       docs.append("\n".join(current))
       current = []
     else:
