@@ -79,7 +79,8 @@ def late_start(num_steps: int, late: float) -> int:
 def late_losses(metrics_path: str, sources: Sequence[str], num_steps: int,
                 late: float) -> np.ndarray:
   """Each source's mean logged training loss over the last ``late`` of a run's first
-  ``num_steps`` steps, ``num_steps - round(late num_steps) <= step < num_steps`` (``[S]``); a
+  ``num_steps`` steps, ``late_start(num_steps, late) <= step < num_steps`` (``[S]``; the window's
+  length rounded half up, at least one step); a
   ``ValueError`` names the file and the source if it has none there."""
   points = {s: [] for s in sources}
   first = late_start(num_steps, late)

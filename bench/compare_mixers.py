@@ -402,7 +402,8 @@ def summarize(runs: dict, num_steps: int, sources: Sequence[str]) -> dict:
     reach = np.array([steps_to_reach(by_seed[s]["eval_steps"], by_seed[s]["eval_mean"],
                                      base[s]["eval_mean"][-1]) for s in seeds if s in base])
     reached = np.isfinite(reach)
-    # The other way round: when the uniform run reaches this arm's final loss (800 if never).
+    # The other way round: when the uniform run reaches this arm's final loss (NaN if never:
+    # "never in k/n seeds" in the table).
     behind = np.array([steps_to_reach(base[s]["eval_steps"], base[s]["eval_mean"],
                                       by_seed[s]["eval_mean"][-1]) for s in seeds if s in base])
     # Mid-run: the steps to reach the loss uniform has at a quarter, half, three quarters of the
@@ -494,12 +495,12 @@ def fit_elasticity(runs: dict, sources: Sequence[str], num_steps: int,
   law in each source's tokens the equal-weight mean loss of a fixed mixture is smallest at shares
   proportional to ``b``; ``mixture`` is ``max(b, floor)`` normalised.
 
-  Returns ``{"b": {source: b}, "r2": {source: R^2}, "points": n, "mixture": [S]}``.
+  Returns ``{"b": {source: b}, "r2": {source: R^2}, "points": {source: n}, "mixture": [S]}``.
 
   Example: losses ``c_s - b_s ln(16 share_s)`` exactly give back ``b_s``.
   """
   base = runs[BASELINE]
-  b, r2, n = {}, {}, 0
+  b, r2, n = {}, {}, {}
   for i, src in enumerate(sources):
     xs, ys = [], []
     for arm, by_seed in runs.items():
@@ -519,7 +520,7 @@ def fit_elasticity(runs: dict, sources: Sequence[str], num_steps: int,
     resid = np.asarray(ys) - a @ coef
     b[src] = float(-coef[0])
     r2[src] = float(1 - resid @ resid / max(np.sum((ys - np.mean(ys)) ** 2), 1e-300))
-    n = len(xs)
+    n[src] = len(xs)
   w = np.maximum(np.array([b[s] for s in sources]), floor)
   return {"b": b, "r2": r2, "points": n, "mixture": (w / w.sum()).tolist()}
 
@@ -529,14 +530,14 @@ def within_run_elasticity(run: dict, sources: Sequence[str], start: int = 150,
   """Each source's elasticity estimated from ONE run: what an online mixer could know.
 
   Per source, its logged training losses from step ``start`` on are regressed by least squares on
-  ``[1, ln t, ln(S r_t)]``, where ``r_t`` is its recent share of the batches (an exponential
+  ``[1, ln(t + 1), ln(S r_t)]``, where ``r_t`` is its recent share of the batches (an exponential
   average of the logged shares with a time constant of ``memory`` steps, from ``1/S``); ``b`` is
-  minus the last coefficient. The ``ln t`` term absorbs the common fall (and the transfer from the
+  minus the last coefficient. The ``ln(t + 1)`` term absorbs the common fall (and the transfer from the
   other sources), so ``b`` is identified only by how the run *varied* the source's share. Compared
   with the pooled, after-the-fact :func:`fit_elasticity` it says whether a run's own share
   variation carries enough signal to find the mixture (NaN where a source's share never varied).
 
-  Example: losses ``c - 0.1 ln t - b ln(S r_t)`` exactly give back ``b``.
+  Example: losses ``c - 0.1 ln(t + 1) - b ln(S r_t)`` exactly give back ``b``.
   """
   steps, series = run["share_steps"], run["share_series"]
   num = len(sources)
@@ -934,7 +935,8 @@ def main(argv: Sequence[str] | None = None, runner: Callable = train_runner) -> 
     rows = [["source", "b (nats per unit of ln share)", "R^2", "mixture share"]]
     rows += [[s, f"{fit['b'][s]:+.3f}", f"{fit['r2'][s]:.2f}", f"{w:.3f}"]
              for s, w in zip(SOURCES, fit["mixture"])]
-    print(f"\n{fit['points']} runs per source\n" + text_table(rows))
+    counts = sorted(set(fit["points"].values()))
+    print(f"\n{'-'.join(map(str, counts))} runs per source\n" + text_table(rows))
     print("\nFITTED_ELASTICITY = (" + ", ".join(f"{w:.3f}" for w in fit["mixture"]) + ")")
     # Against this fit (made partly from the same runs) and against the experiment's
     # FITTED_ELASTICITY (made from other runs: independent of these).

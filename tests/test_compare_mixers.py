@@ -280,7 +280,7 @@ def test_fit_elasticity_recovers_a_power_law():
   for k in range(4):
     runs[f"arm{k}"] = {seed: run(rng.dirichlet([2.0] * 3)) for seed in (0, 1)}
   fit = bench.fit_elasticity(runs, srcs, num_steps=100)
-  assert fit["points"] == 8
+  assert fit["points"] == {s: 8 for s in srcs}
   np.testing.assert_allclose([fit["b"][s] for s in srcs], b, atol=1e-9)
   np.testing.assert_allclose([fit["r2"][s] for s in srcs], 1.0, atol=1e-9)
   np.testing.assert_allclose(fit["mixture"], np.array([0.3, 0.1, 0.02]) / 0.42)
@@ -535,3 +535,30 @@ def test_fit_proxy_runs_the_probes_and_recovers_their_elasticities(tmp_path, cap
   np.testing.assert_allclose(fit["b"], b, atol=2e-6)   # the weights pass through float32
   w = np.maximum(b, 0.02)
   np.testing.assert_allclose(fit["mixture"], w / w.sum(), atol=1e-6)
+
+
+def test_summarize_with_seeds_that_differ_by_hand():
+  """Three seeds of an arm against uniform, evaluated at 0, 400 and 800 of an 800-step run. The
+  answers are worked out here by linear interpolation on paper:
+  seed 0: uniform ends at 2.0, the arm passes 2.0 halfway between 3.0 (step 400) and 1.0 (800):
+  step 600; seed 1: uniform ends at 2.2, the arm goes 3.0 -> 2.0 over 400-800: 2.2 at step 720;
+  seed 2: uniform ends at 1.5, the arm ends at 1.8: never."""
+  srcs = ["a"]
+
+  def run(curve):
+    return {"eval_steps": np.array([0, 400, 800]), "eval_mean": np.array(curve, np.float64),
+            "eval_source": {"a": np.array(curve[-1:])}, "wall_s": 1.0,
+            "weights": [1.0], "late_weights": [1.0], "shares": [1.0], "late_shares": [1.0]}
+
+  runs = {"uniform": {0: run([5.0, 3.0, 2.0]), 1: run([5.0, 3.0, 2.2]), 2: run([5.0, 2.5, 1.5])},
+          "arm": {0: run([5.0, 3.0, 1.0]), 1: run([5.0, 3.0, 2.0]), 2: run([5.0, 2.6, 1.8])}}
+  s = bench.summarize(runs, 800, srcs)["arm"]
+  np.testing.assert_allclose(s["steps_to_uniform_final"][:2], [600.0, 720.0])
+  assert math.isnan(s["steps_to_uniform_final"][2]) and s["reached"] == 2
+  assert math.isnan(s["mean_steps"]) and math.isnan(s["fewer_steps"])   # one seed never gets there
+  # Paired: -1.0, -0.2, +0.3: mean -0.3, sample sd sqrt(((-0.7)^2 + 0.1^2 + 0.6^2) / 2).
+  assert s["delta_vs_uniform"] == pytest.approx(-0.3)
+  assert s["delta_sd"] == pytest.approx(math.sqrt((0.49 + 0.01 + 0.36) / 2))
+  # Without seed 2 both reach it: (600 + 720) / 2 = 660 steps, 1 - 660 / 800 = 17.5% fewer.
+  two = bench.summarize({k: {i: v[i] for i in (0, 1)} for k, v in runs.items()}, 800, srcs)["arm"]
+  assert two["mean_steps"] == pytest.approx(660.0) and two["fewer_steps"] == pytest.approx(0.175)
