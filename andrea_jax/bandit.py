@@ -83,9 +83,10 @@ SCALE_MIN = 1e-20
 _COUNT_MIN = 1e-30
 
 BONUS_MAX = 1e30
-_FLOAT32_MAX = 3.4028234663852886e38   # the bandit computes in float32
 """The confidence bonus is capped here, so that the index is finite for every valid parameter
 (an exploration weight up to the largest float, ``n_min`` below float32's smallest number)."""
+
+_FLOAT32_MAX = 3.4028234663852886e38   # the bandit computes in float32
 
 
 def check_numbers(section: str, params, checks, integers: tuple[str, ...] = ()) -> None:

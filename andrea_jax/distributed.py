@@ -58,11 +58,14 @@ def maybe_initialize(config: ml_collections.ConfigDict) -> bool:
     return True
   cluster = d.get("auto", False) or _in_multiprocess_job()
   if not cluster:
-    given = [f"{name} = {value!r}" for name, value, unset in (
-        ("num_processes", num, 0), ("process_id", pid, -1),
-        ("local_device_ids", d.local_device_ids, "")) if value != unset]
-    if given:   # without a coordinator every host would train alone into the same workdir
-      raise ValueError(f"distributed.{', '.join(given)} without a coordinator: set "
+    # More than one process without a coordinator: every host would train alone into the same
+    # workdir. (num_processes 1 and process_id 0 describe this single process: fine.)
+    given = [f"{where} = {value!r}" for where, value, several in (
+        ("distributed.num_processes" if d.num_processes else "JAX_NUM_PROCESSES", num, num > 1),
+        ("distributed.process_id" if d.process_id >= 0 else "JAX_PROCESS_ID", pid, pid > 0))
+             if several]
+    if given:
+      raise ValueError(f"{', '.join(given)} without a coordinator: set "
                        "distributed.coordinator_address (or JAX_COORDINATOR_ADDRESS), or "
                        "distributed.auto on a cluster JAX detects")
     return False

@@ -101,7 +101,7 @@ def generate(params: PyTree, config: ModelConfig, prompt_BxP: jax.Array, key: ja
       raise ValueError(f"prompt[{b}, {t}] = {ids[b, t]} is not a token id in [0, "
                        f"{config.vocab_size})")
   if P < 1:
-    raise ValueError(f"prompt must hold at least one token; got shape {prompt_BxP.shape}")
+    raise ValueError(f"prompt must hold at least one token; got shape {jnp.shape(prompt_BxP)}")
   if P + max_new_tokens > config.max_len:
     raise ValueError(f"prompt length {P} + max_new_tokens {max_new_tokens} exceeds "
                      f"config.max_len={config.max_len}")

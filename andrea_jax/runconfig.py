@@ -124,7 +124,7 @@ def _check_sampling(cfg: ml_collections.ConfigDict, tokenizer: str, mcfg: ModelC
   """The evaluation's samples fit the model, checked now rather than after training: ``top_k``
   within the vocabulary, each prompt (after the end-of-document id) plus ``sample_tokens`` within
   ``model.max_len``."""
-  if not cfg.sample_tokens:
+  if not cfg.sample_tokens or not cfg.prompts:   # no samples drawn
     return
   from andrea_jax import data as data_lib
   tok = data_lib.load_tokenizer(tokenizer)

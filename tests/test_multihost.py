@@ -111,10 +111,17 @@ def test_a_single_process_job_or_missing_coordinator_is_handled(monkeypatch):
     monkeypatch.delenv(var, raising=False)
   # Without a coordinator, two hosts would each train alone into the shared workdir.
   c.distributed.num_processes, c.distributed.process_id = 2, 1
-  with pytest.raises(ValueError, match=r"distributed.num_processes = 2, process_id = 1 without a "
-                                       r"coordinator"):
+  with pytest.raises(ValueError, match=r"distributed.num_processes = 2, distributed.process_id = "
+                                       r"1 without a coordinator"):
     distributed.maybe_initialize(c)
+  c.distributed.num_processes, c.distributed.process_id = 1, 0   # this one process: fine
+  assert distributed.maybe_initialize(c) is False
   c.distributed.num_processes, c.distributed.process_id = 0, -1
+  monkeypatch.setenv("JAX_NUM_PROCESSES", "4")
+  with pytest.raises(ValueError, match=r"^JAX_NUM_PROCESSES = 4 without a coordinator"):
+    distributed.maybe_initialize(c)
+  monkeypatch.setenv("JAX_NUM_PROCESSES", "1")
+  assert distributed.maybe_initialize(c) is False
   monkeypatch.setenv("JAX_COORDINATOR_ADDRESS", "127.0.0.1:1")
   monkeypatch.setenv("JAX_NUM_PROCESSES", "two")
   with pytest.raises(ValueError, match="environment variable JAX_NUM_PROCESSES = 'two' is not an "

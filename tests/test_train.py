@@ -151,6 +151,12 @@ def test_a_geometry_that_never_starts_is_warned_about():
     runconfig.build(c)
 
 
+def test_no_prompts_means_no_samples_not_an_error():
+  c = small_run_config()
+  c.eval.prompts = ()
+  assert runconfig.build(c).model_config.max_len == c.model.max_len
+
+
 def test_invalid_config_is_rejected_before_anything_runs(tmp_path):
   c = small_run_config()
   c.curriculum.geometries.v3_polish.floors.hermes3_general = 0.8

@@ -4,8 +4,8 @@ Formats (``SourceSpec.format``):
 
 * ``"jsonl"``: one JSON object per line; the document is the string under ``text_field``. Blank
   lines are skipped.
-* ``"text"``: UTF-8 text. A line that is exactly ``separator`` (default ``<|endoftext|>``, LF line
-  ends) separates two documents; the newline before it belongs to the separator. A file without a
+* ``"text"``: UTF-8 text. A line that is exactly ``separator`` (default ``<|endoftext|>``; LF or
+  CRLF line ends) separates two documents; the line end before it belongs to the separator. A file without a
   separator line is one document. Blank lines inside a document are kept, so documents may hold
   paragraphs.
 * ``"parquet"``: the string column ``text_field``, one document per row (read with pyarrow).
@@ -96,7 +96,7 @@ def _next_boundary(f, spec: SourceSpec) -> None:
   if spec.format == "text":
     separator = spec.separator.encode("utf-8")
     while line := f.readline():
-      if line.rstrip(b"\n") == separator and line.endswith(b"\n"):
+      if line.rstrip(b"\r\n") == separator and line.endswith(b"\n"):
         return
 
 
@@ -180,6 +180,8 @@ def _read_text(unit: WorkUnit) -> list[str]:
   docs, current = [], []
   for line in text.split("\n"):
     if line.rstrip("\r") == unit.separator:   # a Windows (CRLF) file's separator line too
+      if line.endswith("\r") and current and current[-1].endswith("\r"):
+        current[-1] = current[-1][:-1]   # the whole CRLF before the separator belongs to it
       docs.append("\n".join(current))
       current = []
     else:

@@ -146,7 +146,11 @@ def _active_sort(x_BxN, lo_BxN, hi_BxN):
   first_Bx1 = jnp.argmax(finite_BxT, axis=-1, keepdims=True)
   t0_Bx1 = jnp.where(jnp.any(finite_BxT, axis=-1, keepdims=True),
                      jnp.take_along_axis(t_BxT, first_Bx1, axis=-1), 0)
-  g0_Bx1 = jnp.sum(jnp.clip(x_BxN + t0_Bx1, lo_BxN, hi_BxN), axis=-1, keepdims=True)
+  # Every bound finite: t_0 is the first breakpoint and g(t_0) = sum l exactly (x + (l - x) may
+  # round off l, and the active set would move by an ulp at ties).
+  g0_Bx1 = jnp.where(jnp.all(finite_BxT, axis=-1, keepdims=True),
+                     jnp.sum(lo_BxN, axis=-1, keepdims=True),
+                     jnp.sum(jnp.clip(x_BxN + t0_Bx1, lo_BxN, hi_BxN), axis=-1, keepdims=True))
   segment_BxT1 = finite_BxT[:, :-1] & finite_BxT[:, 1:]
   rise_BxT1 = jnp.where(segment_BxT1, slope_BxT[:, :-1] * jnp.diff(
       jnp.where(finite_BxT, t_BxT, 0), axis=-1), 0)
