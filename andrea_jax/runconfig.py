@@ -124,6 +124,9 @@ def _check_sampling(cfg: ml_collections.ConfigDict, tokenizer: str, mcfg: ModelC
   """The evaluation's samples fit the model, checked now rather than after training: ``top_k``
   within the vocabulary, each prompt (after the end-of-document id) plus ``sample_tokens`` within
   ``model.max_len``."""
+  if cfg.top_k > mcfg.vocab_size:
+    raise ValueError(f"eval.top_k = {cfg.top_k} exceeds the vocabulary ({mcfg.vocab_size} ids; "
+                     "0 samples from all of them)")
   if not cfg.sample_tokens or not cfg.prompts:   # no samples drawn
     return
   from andrea_jax import data as data_lib

@@ -155,6 +155,10 @@ def test_no_prompts_means_no_samples_not_an_error():
   c = small_run_config()
   c.eval.prompts = ()
   assert runconfig.build(c).model_config.max_len == c.model.max_len
+  # An invalid top_k is still refused when nothing is sampled (the fault campaign's base config).
+  c.eval.top_k, c.eval.sample_tokens = 258, 0
+  with pytest.raises(ValueError, match=r"eval.top_k = 258 exceeds the vocabulary \(257 ids"):
+    runconfig.build(c)
 
 
 def test_invalid_config_is_rejected_before_anything_runs(tmp_path):
