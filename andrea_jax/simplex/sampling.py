@@ -207,23 +207,26 @@ def _hit_and_run(key, lower, upper, free, num, steps, active):
     return jnp.broadcast_to(start, (num, n))
   lo_1xN, hi_1xN, free_1xN = lower[None, :], upper[None, :], free[None, :]
   two_free = jnp.sum(free) >= 2
-  rows_M = jnp.arange(num)
+  cols_1xN = jnp.arange(n)[None, :]
 
   def move(state):
     w_MxN, step = state
-    # One draw per move: n uniforms rank the free coordinates (the top two move), one places the
-    # point on the chord.
+    # One draw per move: n uniforms rank the free coordinates (the first two move), one places the
+    # point on the chord. Dense [M, n] operations only (no scatter: slow on CPU).
     u_MxN1 = jax.random.uniform(jax.random.fold_in(key, step), (num, n + 1), lower.dtype)
-    _, ij_Mx2 = jax.lax.top_k(jnp.where(free_1xN, u_MxN1[:, :n], -1), 2)
-    i_M, j_M = ij_Mx2[:, 0], ij_Mx2[:, 1]
-    wi, wj = w_MxN[rows_M, i_M], w_MxN[rows_M, j_M]
-    t_min = jnp.maximum(lower[i_M] - wi, wj - upper[j_M])
-    t_max = jnp.minimum(upper[i_M] - wi, wj - lower[j_M])
+    score_MxN = jnp.where(free_1xN, u_MxN1[:, :n], -1)
+    is_i = cols_1xN == jnp.argmax(score_MxN, axis=-1)[:, None]
+    is_j = cols_1xN == jnp.argmax(jnp.where(is_i, -2, score_MxN), axis=-1)[:, None]
+    d_MxN = is_i.astype(lower.dtype) - is_j.astype(lower.dtype)   # e_i - e_j
+    moving = d_MxN != 0
+    safe_d = jnp.where(moving, d_MxN, 1)
+    t1, t2 = (lo_1xN - w_MxN) / safe_d, (hi_1xN - w_MxN) / safe_d
+    t_min_Mx1 = jnp.max(jnp.where(moving, jnp.minimum(t1, t2), -jnp.inf), -1, keepdims=True)
+    t_max_Mx1 = jnp.min(jnp.where(moving, jnp.maximum(t1, t2), jnp.inf), -1, keepdims=True)
     # w is feasible, so 0 lies on the chord; clamping only absorbs rounding.
-    t_min, t_max = jnp.minimum(t_min, 0), jnp.maximum(t_max, 0)
-    t_M = jnp.where(two_free, t_min + u_MxN1[:, n] * (t_max - t_min), 0)
-    w_MxN = w_MxN.at[rows_M, i_M].add(t_M).at[rows_M, j_M].add(-t_M)
-    return jnp.clip(w_MxN, lo_1xN, hi_1xN), step + 1
+    t_min_Mx1, t_max_Mx1 = jnp.minimum(t_min_Mx1, 0), jnp.maximum(t_max_Mx1, 0)
+    t_Mx1 = jnp.where(two_free, t_min_Mx1 + u_MxN1[:, n:] * (t_max_Mx1 - t_min_Mx1), 0)
+    return jnp.clip(w_MxN + t_Mx1 * d_MxN, lo_1xN, hi_1xN), step + 1
 
   # A while_loop rather than a cond: under vmap over regions it runs as long as the region that
   # needs the most moves, and not at all when no region needs the chain.
