@@ -14,18 +14,43 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from andrea_jax import data as data_lib
 from andrea_jax import repetition
+from andrea_jax import sharding
 from andrea_jax import step as step_lib
 from andrea_jax.generate import generate
 
 
+def eval_chunks(batch: dict[str, np.ndarray], chunk_rows: int) -> list[dict[str, np.ndarray]]:
+  """``batch`` cut into chunks of ``chunk_rows`` rows, the last one padded with rows of segment id
+  0 (tokens that do not count: :func:`andrea_jax.step.token_losses`).
+
+  Example:
+    >>> [c["inputs"].shape[0] for c in eval_chunks({"inputs": ..., ...}, 32)]  # 80 rows
+    [32, 32, 32]
+  """
+  if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
+    raise ValueError(f"chunk_rows must be an integer >= 1, got {chunk_rows!r}")
+  rows = len(batch["inputs"])
+  pad = -rows % chunk_rows
+  padded = {k: np.concatenate([v, np.zeros((pad,) + v.shape[1:], v.dtype)]) for k, v in batch.items()}
+  return [{k: v[i:i + chunk_rows] for k, v in padded.items()}
+          for i in range(0, rows + pad, chunk_rows)]
+
+
 class Evaluator:
-  """Held-out loss per source and samples from fixed prompts, for one run."""
+  """Held-out loss per source and samples from fixed prompts, for one run.
+
+  The held-out rows go through the model in chunks no larger than one training micro-batch
+  (``data.global_batch_size / optim.grad_accum_steps`` rows, the activations a training step
+  already holds), each split over ``mesh``'s devices as a training batch is: the evaluation needs
+  no more memory than training, and every device computes its share of the rows, not all of them.
+  """
 
   def __init__(self, run, config: ml_collections.ConfigDict, data, tokenizer, key: jax.Array,
-               workdir: str | None = None):
+               workdir: str | None = None, mesh: Mesh | None = None):
     self.run_ = run
     self.cfg = config.eval
     self.tokenizer = tokenizer
@@ -44,9 +69,19 @@ class Evaluator:
       parts.append(b)
       self.eval_sources.append(name)
     self.batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    devices = mesh.devices.size if mesh is not None else 1
+    micro = config.data.global_batch_size // config.optim.grad_accum_steps   # a multiple of devices
+    rows = len(self.batch["inputs"])
+    self.chunk_rows = min(micro, -(-rows // devices) * devices)
+    chunks = eval_chunks(self.batch, self.chunk_rows)
     document_mask = run.step_config.document_mask   # the same attention as in training
-    self._losses = jax.jit(
-        lambda p, b: step_lib.eval_losses(model, p, b, num_sources, document_mask))
+    losses = lambda p, b: step_lib.eval_losses(model, p, b, num_sources, document_mask)
+    if mesh is None:
+      self._chunks = chunks
+      self._losses = jax.jit(losses)
+    else:   # every process holds every held-out row: each device takes its slice of them
+      self._chunks = [sharding.replicate_rows(c, sharding.batch_sharding(mesh)) for c in chunks]
+      self._losses = jax.jit(losses, out_shardings=NamedSharding(mesh, P()))
     # Training documents start with the end-of-document id, so prompts do too.
     self.prompts = [np.concatenate([[tokenizer.eod_id], tokenizer.encode(p)]).astype(np.int32)
                     for p in self.cfg.prompts]
@@ -62,7 +97,11 @@ class Evaluator:
 
   def losses(self, params) -> dict[str, float]:
     """Mean held-out loss (nats/token) of each source in use."""
-    loss_S, tokens_S = jax.device_get(self._losses(params, self.batch))
+    loss_S = tokens_S = 0.0
+    for chunk in self._chunks:
+      loss, tokens = self._losses(params, chunk)
+      loss_S, tokens_S = loss_S + loss, tokens_S + tokens
+    loss_S, tokens_S = jax.device_get((loss_S, tokens_S))
     idx = {n: i for i, n in enumerate(self.run_.sources)}
     return {n: float(loss_S[idx[n]] / max(tokens_S[idx[n]], 1.0)) for n in self.eval_sources}
 

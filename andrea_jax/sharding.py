@@ -227,6 +227,13 @@ def global_batch(local: dict[str, np.ndarray], sharding: NamedSharding,
           for k, v in local.items()}
 
 
+def replicate_rows(batch: dict[str, np.ndarray], sharding: NamedSharding) -> dict[str, jax.Array]:
+  """A batch every process holds whole (the held-out rows), as arrays split as ``sharding``:
+  each device gets its rows from the host's copy, so no process needs the others' data."""
+  return {k: jax.make_array_from_callback(v.shape, sharding, lambda idx, v=v: v[idx])
+          for k, v in batch.items()}
+
+
 def replicate(tree: PyTree, mesh: Mesh) -> PyTree:
   """Host values (the same on every process) as arrays replicated on every device of ``mesh``."""
   def put(x):
