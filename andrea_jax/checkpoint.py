@@ -340,7 +340,14 @@ def _check_arrays(mngr, step: int, abstract_state: Any, step_dir: str) -> None:
   is_meta = lambda x: hasattr(x, "shape") and hasattr(x, "dtype")
   have = {_dotted(p): leaf for p, leaf in
           jax.tree_util.tree_flatten_with_path(stored, is_leaf=is_meta)[0]}
-  for path, leaf in jax.tree_util.tree_flatten_with_path(abstract_state)[0]:
+  want = jax.tree_util.tree_flatten_with_path(abstract_state)[0]
+  extra = sorted(set(have) - {_dotted(p) for p, _ in want})
+  if extra:   # e.g. a layer a smaller model lacks: orbax would refuse the restore with a dump
+    raise CheckpointError(f"{step_dir}: the checkpoint has array(s) this run's configuration lacks "
+                          f"({', '.join(repr(n) for n in extra[:5])}"
+                          f"{f' and {len(extra) - 5} more' if len(extra) > 5 else ''}); it was "
+                          "written by a different configuration")
+  for path, leaf in want:
     name = _dotted(path)
     got = have.get(name)
     if got is None or not is_meta(got):

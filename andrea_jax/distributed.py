@@ -39,13 +39,23 @@ def maybe_initialize(config: ml_collections.ConfigDict) -> bool:
   """
   d = config.get("distributed") or distributed_config()
   addr = d.coordinator_address or os.environ.get("JAX_COORDINATOR_ADDRESS", "")
+  for name, value, least in (("num_processes", d.num_processes, 0),
+                             ("process_id", d.process_id, -1)):
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+      raise ValueError(f"distributed.{name} must be an integer >= {least}, got {value!r}")
   num = d.num_processes or _env_int("JAX_NUM_PROCESSES", 0)
   pid = d.process_id if d.process_id >= 0 else _env_int("JAX_PROCESS_ID", -1)
+  if num < 0:
+    raise ValueError(f"JAX_NUM_PROCESSES must be >= 0, got {num}")
+  if pid < -1:
+    raise ValueError(f"JAX_PROCESS_ID must be >= 0, got {pid}")
   try:
     local = [int(x) for x in d.local_device_ids.split(",")] if d.local_device_ids else None
   except ValueError:
-    raise ValueError(f"distributed.local_device_ids must be comma-separated integers, got "
-                     f"{d.local_device_ids!r}") from None
+    local = None
+  if d.local_device_ids and (local is None or min(local) < 0 or len(set(local)) != len(local)):
+    raise ValueError(f"distributed.local_device_ids must be distinct comma-separated integers "
+                     f">= 0, got {d.local_device_ids!r}")
   if addr:
     if num < 1 or pid < 0:
       raise ValueError(f"distributed.coordinator_address = {addr!r} needs num_processes (got {num}) "

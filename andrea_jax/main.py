@@ -54,6 +54,7 @@ def main(argv):
     try:
       distributed.maybe_initialize(_CONFIG.value)   # validates the distributed section first
       runconfig.build(_CONFIG.value)   # what train_and_evaluate does first: milliseconds
+      train.make_workdir(_WORKDIR.value)
     except (ValueError, TypeError) as e:
       _fail(e, kept)                   # an invalid value, before anything ran
     try:
@@ -85,13 +86,15 @@ def main(argv):
 
 def _fail(error: Exception, state_of_checkpoints: str):
   """Ends the command on bad input: the message names the field, file or step, and a traceback
-  would only bury it (``--verbosity`` given: the traceback too). Process 0 alone prints it."""
+  would only bury it (``--verbosity`` given: the traceback too). Every process that fails prints
+  it, named when there are several: a file missing on one host shows up in that host's log."""
   if flags.FLAGS["verbosity"].present:
     raise error
   import jax
-  if jax.process_index() == 0:
-    print(f"error: {error}\n({state_of_checkpoints}; --verbosity=0 shows the traceback)",
-          file=sys.stderr)
+  who = (f"process {jax.process_index()} of {jax.process_count()}: "
+         if jax.process_count() > 1 else "")
+  print(f"error: {who}{error}\n({state_of_checkpoints}; --verbosity=0 shows the traceback)",
+        file=sys.stderr)
   sys.exit(1)
 
 

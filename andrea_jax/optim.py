@@ -21,6 +21,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import optax
 
 SCHEDULES = ("cosine", "wsd", "constant")
@@ -127,6 +128,7 @@ def validate_optim_config(cfg: ml_collections.ConfigDict, total_steps: int) -> N
   if cfg.weight_decay < 0 or cfg.grad_clip < 0:
     raise ValueError(f"optim.weight_decay and optim.grad_clip must be >= 0, got "
                      f"{cfg.weight_decay} and {cfg.grad_clip}")
+  check_float32(cfg)
   if cfg.grad_accum_steps < 1:
     raise ValueError(f"optim.grad_accum_steps must be >= 1, got {cfg.grad_accum_steps}")
   if cfg.schedule not in SCHEDULES:
@@ -135,6 +137,27 @@ def validate_optim_config(cfg: ml_collections.ConfigDict, total_steps: int) -> N
     raise ValueError(f"optim.warmup_steps = {cfg.warmup_steps} is longer than the run "
                      f"(train.num_steps = {total_steps})")
   check_wsd_fits(cfg, cfg.warmup_steps, total_steps)
+
+
+def check_float32(cfg: ml_collections.ConfigDict, prefix: str = "optim") -> None:
+  """Reject values that float32, the precision the step runs in, cannot hold: past its largest
+  number (an infinite rate), ``b1``/``b2`` that round to 1 (Adam's bias correction divides by 0), an
+  ``eps`` or ``peak_lr`` below its smallest normal number (flushed to 0: 0 / 0 in Adam, or a rate
+  of 0). Each of them would put NaN in the weights, or train nothing, without another error."""
+  f32 = np.finfo(np.float32)
+  for name in ("peak_lr", "weight_decay", "grad_clip", "eps"):
+    if abs(cfg[name]) > f32.max:
+      raise ValueError(f"{prefix}.{name} = {cfg[name]!r} overflows float32 (largest "
+                       f"{float(f32.max):.4g}), the precision the step runs in")
+  for name in ("peak_lr", "eps"):
+    if cfg[name] < f32.tiny:
+      raise ValueError(f"{prefix}.{name} = {cfg[name]!r} is below float32's smallest normal "
+                       f"number ({float(f32.tiny):.4g}): the step, in float32, would read it as 0")
+  for name in ("b1", "b2"):
+    if np.float32(cfg[name]) >= 1:
+      raise ValueError(f"{prefix}.{name} = {cfg[name]!r} rounds to 1.0 in float32, the precision "
+                       "the step runs in (Adam's bias correction would divide by 0): use at most "
+                       f"{float(np.nextafter(np.float32(1), np.float32(0))):.8f}")
 
 
 def check_wsd_fits(cfg: ml_collections.ConfigDict, warmup_steps: int, total_steps: int,

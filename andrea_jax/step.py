@@ -122,6 +122,12 @@ def loss_and_grads(cfg: StepConfig, params: PyTree, batch: Batch):
   return loss_sum / n, jax.tree.map(lambda g: g / n, grads), loss_S, tokens_S
 
 
+def all_finite(tree: PyTree) -> jax.Array:
+  """Whether every element of every leaf of ``tree`` is finite (a boolean scalar)."""
+  leaves = [jnp.isfinite(x).all() for x in jax.tree.leaves(tree)]
+  return jnp.stack(leaves).all() if leaves else jnp.bool_(True)
+
+
 def applied_count(opt_state: Any, step: jax.Array) -> jax.Array:
   """The count the optimizer's learning-rate schedule reads at this update: optax's
   ``ScaleByScheduleState.count``, which a skipped (non-finite) step does not advance, so the
@@ -141,6 +147,7 @@ def train_step(cfg: StepConfig, state: TrainState, batch: Batch) -> tuple[TrainS
 
   updates, opt_state = cfg.tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
+  finite = finite & all_finite(params)    # a finite gradient can still give a non-finite update
   # A non-finite step changes nothing: the NaN never reaches the weights or the moments.
   keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
   params, opt_state = keep(params, state.params), keep(opt_state, state.opt_state)

@@ -177,6 +177,19 @@ def config_changes(saved: dict | None, current: dict) -> list[str]:
   return out
 
 
+def make_workdir(workdir: str) -> None:
+  """Creates ``workdir`` (and its parents); a clear ``ValueError`` when it cannot be one."""
+  if not isinstance(workdir, (str, os.PathLike)) or not os.fspath(workdir):
+    raise ValueError(f"the workdir must be a directory path, got {workdir!r}")
+  for path in (workdir, os.path.join(workdir, "checkpoints")):
+    if os.path.exists(path) and not os.path.isdir(path):
+      raise ValueError(f"{path} is a file, not a directory: give another workdir")
+  try:
+    os.makedirs(workdir, exist_ok=True)
+  except OSError as e:
+    raise ValueError(f"cannot create the workdir {workdir}: {e.strerror or e}") from e
+
+
 def _honour_signals(train_fn):
   """Hold the SIGTERM/SIGINT handlers for the whole run, not only its loop: a signal during
   start-up stops the run at its first step boundary (with a checkpoint), and one during the final
@@ -238,7 +251,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   :mod:`andrea_jax.launch`) acts the same way.
   """
   run = runconfig.build(config)            # validates everything; raises before any compilation
-  os.makedirs(workdir, exist_ok=True)
+  make_workdir(workdir)
   is_main = jax.process_index() == 0
 
   tokenizer = data_lib.load_tokenizer(config.data.tokenizer)
@@ -261,11 +274,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   if restored is not None:
     start, state, meta = restored
     print(f"resuming from step {start} ({checkpoints.directory}/{start})")
-    if int(jax.device_get(state.halted_at)) >= 0 or int(jax.device_get(state.nonfinite_streak)):
+    if int(jax.device_get(state.halted_at)) >= 0:
       # Saved by an older version after a halt (its weights are the last good ones: skipped steps
       # never reach them). The resumed run, changed as the halt suggested, starts a fresh count.
-      print(f"the checkpoint at step {start} was saved during a streak of non-finite steps; "
-            "resuming with the streak cleared", file=sys.stderr)
+      # A streak still under the limit is restored as saved: the resumed run is the run.
+      print(f"the checkpoint at step {start} was saved after a halt; resuming with the streak "
+            "cleared", file=sys.stderr)
       state = state.replace(
           nonfinite_streak=jax.device_put(jnp.int32(0), state.nonfinite_streak.sharding),
           halted_at=jax.device_put(jnp.int32(-1), state.halted_at.sharding))
@@ -298,7 +312,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
       f.write(config.to_json_best_effort(indent=2, sort_keys=True))
   logger = logs.RunLogger(workdir, resume_step=start, is_writer=is_main,
                           tensorboard=config.train.tensorboard)
-  evaluator = eval_lib.Evaluator(run, config, data, tokenizer, keys["eval"], workdir)
+  evaluator = eval_lib.Evaluator(run, config, data, tokenizer, keys["eval"], workdir, mesh=mesh)
   if is_main and evaluator.samples_path:
     logs.truncate_samples(evaluator.samples_path, start)
 

@@ -59,3 +59,25 @@ def test_a_bad_distributed_section_or_cache_dir_is_one_clear_line(tmp_path):
   assert out.stderr.startswith(f"error: data.cache_dir = '{a_file}' is a file, not a directory"), \
       out.stderr
   assert "Traceback" not in out.stderr
+
+
+def test_a_workdir_that_is_a_file_is_one_clear_line(tmp_path):
+  (tmp_path / "run").write_text("not a directory")
+  out = _main(tmp_path)
+  assert out.returncode == 1, out.stdout + out.stderr
+  assert out.stderr.startswith(f"error: {tmp_path / 'run'} is a file, not a directory"), out.stderr
+  assert "Traceback" not in out.stderr
+
+
+def test_every_failing_process_prints_its_error_named(monkeypatch, capsys):
+  # A file missing on one host only: that host's log must say so, not stay silent.
+  import jax
+  import pytest
+  from andrea_jax import main
+  monkeypatch.setattr(jax, "process_count", lambda: 2)
+  monkeypatch.setattr(jax, "process_index", lambda: 1)
+  with pytest.raises(SystemExit) as e:
+    main._fail(ValueError("data.prepared_dir: no directory /x"), "kept")
+  assert e.value.code == 1
+  assert capsys.readouterr().err.startswith("error: process 1 of 2: data.prepared_dir: no "
+                                            "directory /x\n(kept;")

@@ -88,9 +88,18 @@ def test_maybe_initialize_validates_before_connecting(monkeypatch):
   c.distributed.num_processes, c.distributed.process_id = 2, 2
   with pytest.raises(ValueError, match="process_id = 2 must be < num_processes = 2"):
     distributed.maybe_initialize(c)
-  c.distributed.process_id, c.distributed.local_device_ids = 1, "0,x"
-  with pytest.raises(ValueError, match="distributed.local_device_ids must be comma-separated"):
-    distributed.maybe_initialize(c)
+  for ids in ("0,x", "0,-1", "1,1"):
+    c.distributed.process_id, c.distributed.local_device_ids = 1, ids
+    with pytest.raises(ValueError, match="distributed.local_device_ids must be distinct "
+                                         "comma-separated integers >= 0"):
+      distributed.maybe_initialize(c)
+  # Negative counts are refused even without a coordinator (they would fall back to one process).
+  for field, value in (("num_processes", -3), ("process_id", -7)):
+    c = small_run_config()
+    c.distributed[field] = value
+    with pytest.raises(ValueError, match=rf"distributed.{field} must be an integer >= -?\d, "
+                                         rf"got {value}"):
+      distributed.maybe_initialize(c)
 
 
 def test_a_single_process_job_or_missing_coordinator_is_handled(monkeypatch):

@@ -89,6 +89,28 @@ def test_bad_optim_config_names_the_field(field, value, match):
     optim.validate_optim_config(c, total_steps=1000)
 
 
+@pytest.mark.parametrize("field,value,match", [
+    # float32, the step's precision: 1 - 1e-8 rounds to 1.0 (its spacing below 1 is 6e-8).
+    ("b2", 0.99999999, r"optim.b2 = 0.99999999 rounds to 1.0 in float32"),
+    ("b1", 1 - 2**-26, r"optim.b1 = .* rounds to 1.0 in float32"),
+    # below float32's smallest normal number, 2**-126 = 1.1755e-38: flushed to 0
+    ("eps", 1e-40, r"optim.eps = 1e-40 is below float32's smallest normal number \(1.175e-38\)"),
+    ("peak_lr", 1e-39, r"optim.peak_lr = 1e-39 is below float32's smallest normal"),
+    # past float32's largest, (2 - 2**-23) * 2**127 = 3.4028e38: infinite
+    ("peak_lr", 1e39, r"optim.peak_lr = 1e\+39 overflows float32 \(largest 3.403e\+38\)"),
+    ("weight_decay", 4e38, r"optim.weight_decay = 4e\+38 overflows float32"),
+])
+def test_values_float32_cannot_hold_are_refused(field, value, match):
+  c = ml_collections.ConfigDict({**_cfg().to_dict(), field: value})
+  with pytest.raises(ValueError, match=match):
+    optim.validate_optim_config(c, total_steps=1000)
+  # The edges themselves are fine: the largest b below 1 and the smallest normal eps.
+  edge = {"b1": float(np.nextafter(np.float32(1), np.float32(0))), "b2": 0.9999999,
+          "eps": 2.0 ** -126, "peak_lr": 2.0 ** -126, "weight_decay": 3.4e38}[field]
+  optim.validate_optim_config(ml_collections.ConfigDict({**_cfg().to_dict(), field: edge}),
+                              total_steps=200_000)
+
+
 def test_the_default_wsd_decay_must_fit_after_the_warmup_too():
   # decay_steps = 0 means 20% of the run (20 of 100 steps): after a 90-step warmup the rate would
   # drop from the warmup's 0.99 peak to 0.55 in one step, never holding the peak.

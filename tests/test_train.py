@@ -141,6 +141,64 @@ def test_a_halt_between_log_steps_saves_nothing_past_it_and_ends_in_the_error(tm
               if "eval/mean_loss" in r]   # no final evaluation of a halted run
 
 
+def test_a_streak_under_the_limit_is_resumed_as_saved(tmp_path):
+  # Steps are non-finite from step 2 on (as above); the first part stops at step 4 with a streak
+  # of 2 (steps 2, 3), under the limit of 3. Resumed, the run halts where the uninterrupted run
+  # does, at the third bad step (steps 2..4): re-running must not undo a halt.
+  c = small_run_config(num_steps=20)
+  c.train.update(log_every=10, checkpoint_every=5, max_nonfinite_steps=3, stop_step=4)
+  c.optim.update(peak_lr=1e9, warmup_steps=1)
+  summary = train.train_and_evaluate(c, str(tmp_path / "run"))
+  assert summary["stopped_at"] == 4
+  c.train.stop_step = 0
+  for _ in range(2):   # and again: the checkpoint at 4 still holds the streak
+    with pytest.raises(train.TrainingHalted, match=r"3 consecutive steps .* \(steps 2..4\)"):
+      train.train_and_evaluate(c, str(tmp_path / "run"))
+
+
+def test_a_non_finite_update_from_a_finite_gradient_changes_nothing():
+  # An optimizer whose update overflows (a rate of inf): loss and gradient are finite, the new
+  # weights are not. The step is skipped like any non-finite one.
+  import dataclasses
+
+  import optax
+  c = small_run_config()
+  run = runconfig.build(c)
+  cfg = dataclasses.replace(run.step_config, tx=optax.scale(float("inf")))
+  state = jax.jit(lambda: train.init_state(run, train.run_keys(0)))()
+  state = state.replace(opt_state=cfg.tx.init(state.params))
+  batch = {k: jnp.asarray(v) for k, v in _fixed_batch(np.random.default_rng(2), 4, 32, 257, 16).items()}
+  new, m = jax.jit(lambda s, b: step_lib.train_step(cfg, s, b))(state, batch)
+  assert np.isfinite(float(m["loss"])) and np.isfinite(float(m["grad_norm"]))
+  assert not bool(m["finite"]) and int(new.nonfinite_streak) == 1
+  for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(new.params)):
+    np.testing.assert_array_equal(a, b)
+  assert bool(step_lib.all_finite({"a": jnp.ones(3), "b": jnp.zeros((2, 2))}))
+  assert not bool(step_lib.all_finite({"a": jnp.ones(3), "b": jnp.array([0.0, jnp.nan])}))
+
+
+def test_a_workdir_that_cannot_be_one_is_refused_before_training(tmp_path):
+  afile = tmp_path / "afile"
+  afile.write_text("x")
+  for bad, match in ((afile, "is a file, not a directory"), ("", "must be a directory path"),
+                     (afile / "sub", "cannot create the workdir")):
+    with pytest.raises(ValueError, match=match):
+      train.train_and_evaluate(small_run_config(), str(bad))
+  (tmp_path / "run").mkdir()
+  (tmp_path / "run" / "checkpoints").write_text("x")
+  with pytest.raises(ValueError, match=r"run/checkpoints is a file, not a directory"):
+    train.make_workdir(str(tmp_path / "run"))
+
+
+def test_processes_holding_unequal_numbers_of_devices_are_refused(monkeypatch):
+  # Two processes, this one holding 2 of 5 devices: the batch slices would not line up.
+  monkeypatch.setattr(jax, "process_count", lambda: 2)
+  monkeypatch.setattr(jax, "local_device_count", lambda: 2)
+  monkeypatch.setattr(jax, "device_count", lambda: 5)
+  with pytest.raises(ValueError, match="this process holds 2 of 5 devices over 2 processes"):
+    runconfig.build(small_run_config())
+
+
 def test_a_geometry_that_never_starts_is_warned_about():
   # train.num_steps overridden without the geometries' start steps: the polish never comes.
   c = small_run_config(num_steps=30)

@@ -50,3 +50,18 @@ def test_an_untrusted_checkpoint_is_refused_before_reading_arrays(case, plain_ch
   ckpts.close()
   assert re.search(expect, str(e.value)), str(e.value)
   assert (directory / "1").exists()   # refused, not moved away: nothing was restored
+
+
+def test_a_checkpoint_with_arrays_the_run_lacks_names_them(plain_checkpoint, tmp_path):
+  """A smaller model than the one saved (a layer fewer): refused naming the extra array, before
+  any array is read; not orbax's tree-mismatch dump."""
+  directory = tmp_path / "checkpoints"
+  shutil.copytree(plain_checkpoint, directory)
+  ckpts = ckpt_lib.Checkpoints(str(directory))
+  _no_array_reads(ckpts)
+  state = corrupt.tiny_state(1)
+  del state["params"]["b"]
+  with pytest.raises(ckpt_lib.CheckpointError,
+                     match=r"has array\(s\) this run's configuration lacks \('params.b'\)"):
+    ckpts.restore_latest(corrupt.abstract(state))
+  ckpts.close()
