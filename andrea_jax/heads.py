@@ -13,8 +13,8 @@ How far apart two heads' subspaces are is measured by their **principal angles**
    \mathrm{overlap}(A, B) = \frac{1}{m} \sum_i \cos^2\theta_i = \frac{\|Q_a^T Q_b\|_F^2}{m},
    \qquad m = \min(\dim A, \dim B),
 
-is 1 for the same subspace, 0 for orthogonal ones, and ``dim B / D`` on average for a random
-``B`` (``Dh / D`` for two random heads: 0.25 for the tiny model's 32 of 128).
+is 1 for the same subspace, 0 for orthogonal ones, and ``max(dim A, dim B) / D`` on average for
+a random ``B`` (``Dh / D`` for two random heads: 0.25 for the tiny model's 32 of 128).
 """
 
 from __future__ import annotations

@@ -131,6 +131,8 @@ def collapse_rate(samples: Sequence[TextOrTokens], threshold: float = 0.5,
     >>> collapse_rate(["region " * 20, "The cat sat on the mat."])
     0.5
   """
+  if isinstance(samples, (str, bytes)):   # one string would be read as a list of characters
+    raise TypeError("samples must be a sequence of samples, got a single string: pass [text]")
   samples = list(samples)
   if not samples:
     raise ValueError("samples is empty")

@@ -161,3 +161,51 @@ def test_a_mixture_of_the_wrong_shape_is_rejected_before_training():
     ablation.train_variants(_config(), [{}], STEPS, mixture=np.ones(3) / 3)
   with pytest.raises(ValueError, match="sum to 1"):
     ablation.train_variants(_config(), [{}], STEPS, mixture=np.full(16, 0.1))
+
+
+def test_the_logged_rate_after_skipped_steps_is_the_rate_applied(data_cache):
+  # A rate of 1e30 from step 0 (no warmup): the weights leave float32's range and the later steps
+  # are skipped. A skipped step does not advance the schedule's count, so every step after the
+  # first finite one logs the rate of the count reached, as the normal train step does.
+  c = small_run_config(num_steps=4)
+  c.eval.sample_tokens = 0
+  variants = [{"warmup_steps": 0, "peak_lr": 1e30}]
+  got = ablation.train_variants(c, variants, 4, samples=False, chunk_steps=4)
+  want = ablation.loop_baseline(c, variants, 4, samples=False, chunk_steps=4)
+  assert int(got.skipped[0]) == int(want.skipped[0]) >= 2
+  np.testing.assert_allclose(got.lr, want.lr, rtol=1e-6)
+  finite_steps = 4 - int(got.skipped[0])
+  # By hand: the cosine rate at the count of finite steps before each step (one here: step 0).
+  assert finite_steps == 1
+  hand = [_hand_lr(t, 1e30, 0, 4) for t in (0, 1, 1, 1)]
+  np.testing.assert_allclose(got.lr[0], hand, rtol=1e-6)
+
+
+def test_a_wsd_sweep_is_checked_on_its_own_warmups_not_the_config_files():
+  # The config's warmup (5) leaves no room for a 3-step decay in 6 steps; the variants' (0, 2) do.
+  c = _config()
+  c.optim.update(schedule="wsd", decay_steps=3, warmup_steps=5)
+  resolved, base, _, _ = ablation.engine._setup(c, [{"warmup_steps": 0}, {"warmup_steps": 2}],
+                                                STEPS, 0, 3, None)
+  assert [v.warmup_steps for v in resolved] == [0, 2] and base.optim.warmup_steps == 0
+  # A variant that sets no warmup takes the config's, and is told where the value came from.
+  c = _config()
+  c.optim.warmup_steps = 20
+  with pytest.raises(ValueError, match=r"variants\[0\].warmup_steps must be an integer in \[0, "
+                                       r"num_steps = 6\], got 20 \(optim.warmup_steps: the "
+                                       r"variant sets none\)"):
+    ablation.resolve_variants(c, [{"seed": 1}], STEPS)
+
+
+def test_counts_may_be_numpy_integers_and_rates_must_fit_float32(data_cache):
+  c = _config()
+  with pytest.raises(ValueError, match=r"variants\[0\].peak_lr = 1e\+39 is outside float32"):
+    ablation.resolve_variants(c, [{"peak_lr": 1e39}], STEPS)
+  with pytest.raises(ValueError, match="chunk_steps must be an integer >= 1, got 0"):
+    ablation.train_variants(c, [{}], np.int64(STEPS), chunk_steps=0)
+  r = ablation.train_variants(c, [{"warmup_steps": 0}], np.int64(2), eval_every=np.int64(0),
+                              samples=False)
+  assert r.loss.shape == (1, 2)
+  with pytest.raises(ValueError, match="last must be an integer >= 1, got 0"):
+    r.final_loss(last=0)
+  np.testing.assert_allclose(r.final_loss(last=1), r.loss[:, -1])

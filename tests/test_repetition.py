@@ -84,3 +84,10 @@ def test_score_weights_and_validation():
     repetition.is_collapsed(x, threshold=0.0)
   with pytest.raises(ValueError, match="samples"):
     repetition.collapse_rate([])
+
+
+def test_collapse_rate_refuses_a_single_string():
+  text = "region " * 20
+  assert repetition.collapse_rate([text]) == 1.0
+  with pytest.raises(TypeError, match="single string"):
+    repetition.collapse_rate(text)

@@ -66,3 +66,17 @@ def test_a_step_without_checkpoint_names_the_saved_steps(workdir, tmp_path):
     terrain_run.load_checkpoint(str(tmp_path))
   with pytest.raises(SystemExit):
     cli.parser().parse_args(["--workdir", str(workdir), "--sigmas", "a,b"])
+
+
+def test_non_finite_numbers_print_as_na(monkeypatch, capsys):
+  # The report writes NaN and inf as None (JSON has no NaN); the summary lines must still print.
+  report = {"step": 5, "loss": None, "num_params": 10, "out": "/tmp/x",
+            "heldout": {"sequences": 2, "seq_len": 4},
+            "hessian": {"top_eigenvalues": [1.5, None], "trace": None, "trace_stderr": None},
+            "sharpness": {"sigmas": [0.1], "mean_increase": [None]}}
+  monkeypatch.setattr(cli, "run", lambda args: report)
+  cli.main(["--workdir", "/nonexistent"])
+  out = capsys.readouterr().out
+  assert "held-out loss n/a on 2 windows" in out
+  assert "top Hessian eigenvalues: 1.5, n/a" in out
+  assert "Hessian trace n/a +- n/a" in out and "sigma 0.1: mean loss increase n/a" in out

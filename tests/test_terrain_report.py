@@ -72,6 +72,12 @@ def test_basin_report_rejects_bad_settings():
     terrain.basin_report(loss_fn, params, jax.random.key(0), sigmas=[])
   with pytest.raises(ValueError, match="hessian_k"):
     terrain.basin_report(loss_fn, params, jax.random.key(0), hessian_k=-1)
+  # Lanczos finds at most hessian_iters eigenvalues: asking for more is refused, not cut short.
+  with pytest.raises(ValueError, match=r"hessian_k = 5 exceeds min\(hessian_iters, parameters\) = 2"):
+    terrain.basin_report(loss_fn, params, jax.random.key(0), hessian_k=5, hessian_iters=2)
+  for bad in (-2, 0, 2.5, True):
+    with pytest.raises(ValueError, match="batch_size must be None or a positive int"):
+      terrain.hessian_trace(loss_fn, params, jax.random.key(0), 2, batch_size=bad)
   for bad in (float("inf"), float("nan"), 0.0, True):
     with pytest.raises(ValueError, match="slice_range must be a finite number > 0"):
       terrain.basin_report(loss_fn, params, jax.random.key(0), slice_range=bad)

@@ -23,6 +23,7 @@ batches: the way one would run the ablation without this module, to measure what
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from typing import Any
 
 import flax.struct
@@ -87,11 +88,14 @@ def variant_step(step_cfg: step_lib.StepConfig, optim_cfg: ml_collections.Config
   tx, schedule = make_optimizer(optim_cfg, total_steps, hyper["peak_lr"], hyper["warmup_steps"])
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
+  finite = finite & step_lib.all_finite(params)   # as train_step
   keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
   new = VariantState(step=state.step + 1, params=keep(params, state.params),
                      opt_state=keep(opt_state, state.opt_state),
                      skipped=state.skipped + (~finite).astype(jnp.int32))
-  return new, {"loss": loss, "grad_norm": grad_norm, "lr": schedule(state.step)}
+  # The rate applied: a skipped step does not advance the schedule's count (as in train_step).
+  lr = schedule(step_lib.applied_count(state.opt_state, state.step))
+  return new, {"loss": loss, "grad_norm": grad_norm, "lr": lr}
 
 
 def _hyper(variants: list[Variant]) -> dict[str, jax.Array]:
@@ -191,7 +195,7 @@ def _chunks(num_steps: int, eval_every: int, chunk_steps: int) -> list[tuple[int
 def _check_counts(num_steps: int, eval_every: int, chunk_steps: int) -> None:
   for name, v, lo in (("num_steps", num_steps, 1), ("eval_every", eval_every, 0),
                       ("chunk_steps", chunk_steps, 1)):
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral) or v < lo:
       raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
 
 
@@ -203,8 +207,12 @@ def _eval_fn(run: runconfig.Run):
 
 def _setup(config, variants, num_steps, eval_every, chunk_steps, mixture):
   _check_counts(num_steps, eval_every, chunk_steps)
+  num_steps, eval_every, chunk_steps = int(num_steps), int(eval_every), int(chunk_steps)
   resolved = resolve_variants(config, variants, num_steps)
+  # The shared config holds the shortest warmup of the variants (each brings its own, checked
+  # above): the config file's own warmup, which no variant may use, is not validated here.
   base = run_config(config, num_steps)
+  base.optim.warmup_steps = min(v.warmup_steps for v in resolved)
   run = runconfig.build(base)
   weights_NxS = _mixture_table(run, mixture, num_steps)
   return resolved, base, run, _Data(base, run, weights_NxS)

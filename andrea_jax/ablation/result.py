@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import numbers
 import time
 from typing import Any
 
@@ -96,6 +97,8 @@ class AblationResult:
 
   def final_loss(self, last: int = 10) -> np.ndarray:
     """``[K]`` mean training loss over the last ``last`` steps (NaN-aware)."""
+    if isinstance(last, bool) or not isinstance(last, numbers.Integral) or last < 1:
+      raise ValueError(f"last must be an integer >= 1, got {last!r}")
     return np.nanmean(self.loss[:, -last:], axis=1)
 
   def final_eval_loss(self) -> np.ndarray:

@@ -77,8 +77,9 @@ def resolve_variants(config: ml_collections.ConfigDict, variants: list[dict[str,
     if not integer(seed) or not 0 <= seed < 2**31:
       raise ValueError(f"variants[{i}].seed must be an integer in [0, 2**31), got {seed!r}")
     if not integer(warmup) or not 0 <= warmup <= num_steps:
+      given = "" if "warmup_steps" in v else " (optim.warmup_steps: the variant sets none)"
       raise ValueError(f"variants[{i}].warmup_steps must be an integer in [0, num_steps = "
-                       f"{num_steps}], got {warmup!r}")
+                       f"{num_steps}], got {warmup!r}{given}")
     try:   # the same rule the trainer applies to one run: a wsd decay must fit after the warmup
       optim.check_wsd_fits(config.optim, int(warmup), num_steps,
                            field=f"variants[{i}].warmup_steps")
@@ -88,6 +89,11 @@ def resolve_variants(config: ml_collections.ConfigDict, variants: list[dict[str,
       if (isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real)
           or not math.isfinite(x) or not x > 0):
         raise ValueError(f"variants[{i}].{name} must be a finite number > 0, got {x!r}")
+      f32 = np.finfo(np.float32)   # the step's precision: past it the value is inf or 0
+      if not float(f32.tiny) <= x <= float(f32.max):
+        raise ValueError(f"variants[{i}].{name} = {x!r} is outside float32's normal range "
+                         f"[{float(f32.tiny):.4g}, {float(f32.max):.4g}], the precision the "
+                         "step runs in")
     out.append(Variant(seed=int(seed), warmup_steps=int(warmup), peak_lr=float(lr),
                        init_std=float(std)))
   return out

@@ -89,14 +89,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   t0 = time.perf_counter()
   r = run(args)
   eig = r["hessian"].get("top_eigenvalues")
-  print(f"step {r['step']}: held-out loss {r['loss']:.4f} on {r['heldout']['sequences']} windows "
-        f"of {r['heldout']['seq_len']} tokens, {r['num_params']:,} parameters")
+  # The report writes a non-finite number as None (JSON has no NaN): printed as n/a.
+  num = lambda x, spec: "n/a" if x is None else format(x, spec)
+  print(f"step {r['step']}: held-out loss {num(r['loss'], '.4f')} on {r['heldout']['sequences']} "
+        f"windows of {r['heldout']['seq_len']} tokens, {r['num_params']:,} parameters")
   if eig:
-    print("top Hessian eigenvalues: " + ", ".join(f"{e:.4g}" for e in eig if e is not None))
+    print("top Hessian eigenvalues: " + ", ".join(num(e, ".4g") for e in eig))
   if "trace" in r["hessian"]:
-    print(f"Hessian trace {r['hessian']['trace']:.4g} +- {r['hessian']['trace_stderr']:.2g}")
+    print(f"Hessian trace {num(r['hessian']['trace'], '.4g')} +- "
+          f"{num(r['hessian']['trace_stderr'], '.2g')}")
   for s, m in zip(r["sharpness"]["sigmas"], r["sharpness"]["mean_increase"]):
-    print(f"sigma {s:g}: mean loss increase {m if m is None else f'{m:.4g}'}")
+    print(f"sigma {s:g}: mean loss increase {num(m, '.4g')}")
   print(f"wrote {r['out']}/basin.json, slice_1d.png, slice_2d.png, sharpness.png "
         f"in {time.perf_counter() - t0:.1f} s")
   return r

@@ -166,6 +166,9 @@ def hessian_trace(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, key: j
   """
   if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
     raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+  if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                                 or batch_size < 1):
+    raise ValueError(f"batch_size must be None or a positive int, got {batch_size!r}")
   leaves, treedef = jax.tree_util.tree_flatten(params)
   leaves = [jnp.asarray(x) for x in leaves]
 

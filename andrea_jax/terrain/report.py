@@ -106,6 +106,9 @@ def basin_report(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, key: ja
   hessian: dict[str, Any] = {}
   if hessian_k > 0:
     m = min(hessian_iters, num_params)
+    if hessian_k > m:   # Lanczos finds at most as many eigenvalues as it takes iterations
+      raise ValueError(f"hessian_k = {hessian_k} exceeds min(hessian_iters, parameters) = {m}: "
+                       "raise hessian_iters or ask for fewer eigenvalues")
     eig_k = jax.jit(lambda p, k: hessian_top_eigenvalues(
         loss_fn, p, k, k=min(hessian_k, m), num_iters=m))(params, key_of(_HESSIAN))
     hessian.update(top_eigenvalues=_floats(eig_k), num_iters=m)
