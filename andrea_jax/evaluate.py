@@ -50,7 +50,7 @@ class Evaluator:
   """
 
   def __init__(self, run, config: ml_collections.ConfigDict, data, tokenizer, key: jax.Array,
-               workdir: str | None = None, mesh: Mesh | None = None):
+               workdir: str | None = None, *, mesh: Mesh | None = None):
     self.run_ = run
     self.cfg = config.eval
     self.tokenizer = tokenizer
