@@ -48,7 +48,7 @@ def maybe_initialize(config: ml_collections.ConfigDict) -> bool:
   if num < 0:
     raise ValueError(f"JAX_NUM_PROCESSES must be >= 0, got {num}")
   if pid < -1:
-    raise ValueError(f"JAX_PROCESS_ID must be >= 0, got {pid}")
+    raise ValueError(f"JAX_PROCESS_ID must be >= 0 (or unset), got {pid}")
   try:
     local = [int(x) for x in d.local_device_ids.split(",")] if d.local_device_ids else None
   except ValueError:

@@ -72,7 +72,9 @@ class Evaluator:
     devices = mesh.devices.size if mesh is not None else 1
     micro = config.data.global_batch_size // config.optim.grad_accum_steps   # a multiple of devices
     rows = len(self.batch["inputs"])
-    self.chunk_rows = min(micro, -(-rows // devices) * devices)
+    # As few chunks as micro-batch-sized ones would need, as even as whole rows per device allow.
+    num_chunks = -(-rows // micro)
+    self.chunk_rows = -(-rows // (num_chunks * devices)) * devices
     chunks = eval_chunks(self.batch, self.chunk_rows)
     document_mask = run.step_config.document_mask   # the same attention as in training
     losses = lambda p, b: step_lib.eval_losses(model, p, b, num_sources, document_mask)
@@ -80,7 +82,7 @@ class Evaluator:
       self._chunks = chunks
       self._losses = jax.jit(losses)
     else:   # every process holds every held-out row: each device takes its slice of them
-      self._chunks = [sharding.replicate_rows(c, sharding.batch_sharding(mesh)) for c in chunks]
+      self._chunks = [sharding.put_rows(c, sharding.batch_sharding(mesh)) for c in chunks]
       self._losses = jax.jit(losses, out_shardings=NamedSharding(mesh, P()))
     # Training documents start with the end-of-document id, so prompts do too.
     self.prompts = [np.concatenate([[tokenizer.eod_id], tokenizer.encode(p)]).astype(np.int32)

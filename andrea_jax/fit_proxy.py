@@ -81,16 +81,19 @@ def late_losses(metrics_path: str, sources: Sequence[str], num_steps: int,
   """Each source's mean logged training loss over the last ``late`` of a run's first
   ``num_steps`` steps, ``late_start(num_steps, late) <= step < num_steps`` (``[S]``; the window's
   length rounded half up, at least one step); a
-  ``ValueError`` names the file and the source if it has none there."""
+  ``ValueError`` names the file and the source if it has none there. Skipped (non-finite) steps
+  and non-finite losses do not count."""
   points = {s: [] for s in sources}
   first = late_start(num_steps, late)
   with open(metrics_path) as f:
     for line in f:
       rec = json.loads(line)
-      if first <= rec.get("step", -1) < num_steps:
+      # A skipped (non-finite) step is logged too, its losses as the strings "nan" or "inf".
+      if first <= rec.get("step", -1) < num_steps and rec.get("finite", True) is not False:
         for s in sources:
-          if f"loss/{s}" in rec:
-            points[s].append(rec[f"loss/{s}"])
+          v = rec.get(f"loss/{s}")
+          if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            points[s].append(v)
   missing = [s for s in sources if not points[s]]
   if missing:
     raise ValueError(f"{metrics_path}: no training loss logged for {', '.join(missing)} in the "
@@ -153,8 +156,8 @@ def probe_cost(probe: ml_collections.ConfigDict, target: ml_collections.ConfigDi
   target's ``train.num_steps``. An estimate of the share of the time: it leaves out attention's
   term in the sequence length, which weighs more on a small model, so for a small proxy it is low.
 
-  Example: 20 probes of 400 steps on a 0.13M model for an 800-step 0.85M target, same batches:
-  ``20 * 400 * 128768 / (800 * 850688) = 1.51`` target runs.
+  Example: 20 probes of 400 steps on the 0.13M model for an 800-step run of ``tiny.py``'s 0.86M,
+  same batches: ``20 * 400 * 132864 / (800 * 858880) = 1.55`` target runs.
   """
   def tokens(c):
     return int(c.data.global_batch_size) * int(c.data.seq_len)
@@ -216,6 +219,16 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *, ratio: float = 4.0, 
                        f"{switch} (hold = {hold}), but the last late = {late} of the "
                        f"{probe_steps} steps run (stop = {stop}) starts at step {first}: "
                        + (f"late <= {most:.3g} fits" if most > 0 else "raise stop or lower hold"))
+  # The target's schedule must be valid before any probe runs (a hold too short for a phase).
+  check = (target if target is not None else config).copy_and_resolve_references()
+  check.curriculum.strategy = "static"
+  check.curriculum.geometries = proxy.proxy_schedule(
+      np.full(len(sources), 1 / len(sources)), int(check.train.num_steps), hold=hold,
+      sources=sources)
+  try:
+    runconfig.build(check)
+  except ValueError as e:
+    raise ValueError(f"hold = {hold} gives the target run an invalid schedule: {e}") from None
   cost = None
   if target is not None:
     cost = probe_cost(config, target, len(mixtures), probe_steps)
@@ -243,7 +256,8 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *, ratio: float = 4.0, 
         # The same probe run to another step: when it ran further, its log's first probe_steps
         # steps are this probe's; one that stopped short goes on from its checkpoint.
         changed = []
-        if finished and (old["train"]["stop_step"] or num_steps) < probe_steps:
+        if (finished and (old["train"]["stop_step"] or num_steps) < probe_steps
+            and _checkpointed_to(probe_dir) < probe_steps):
           finished = False
           os.remove(done)
         elif not finished and _checkpointed_to(probe_dir) >= probe_steps:

@@ -8,6 +8,7 @@ against the micro-batches, warmup against the run length) live here.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import warnings
 from typing import Any
@@ -169,11 +170,13 @@ def build(config: ml_collections.ConfigDict) -> Run:
     raise ValueError(f"data.seq_len = {config.data.seq_len} exceeds model.max_len = {mcfg.max_len}")
   _check_sampling(config.eval, config.data.tokenizer, mcfg)
   accum = config.optim.grad_accum_steps
-  if jax.local_device_count() * jax.process_count() != jax.device_count():
-    # Each process builds an equal slice of the global batch (data.MixtureSampler).
-    raise ValueError(f"this process holds {jax.local_device_count()} of {jax.device_count()} "
-                     f"devices over {jax.process_count()} processes: every process must hold as "
-                     "many devices as the others (distributed.local_device_ids)")
+  held = collections.Counter(d.process_index for d in jax.devices())
+  if len(set(held.values())) > 1:
+    # Each process builds an equal slice of the global batch (data.MixtureSampler); every process
+    # sees the same device list, so all of them refuse together.
+    raise ValueError(f"the processes hold unequal numbers of devices "
+                     f"({', '.join(f'process {p}: {n}' for p, n in sorted(held.items()))}): every "
+                     "process must hold as many as the others (distributed.local_device_ids)")
   data, fsdp = sharding.mesh_shape(mesh_config(config), jax.device_count())
   batch, devices = config.data.global_batch_size, data * fsdp
   if batch % (accum * devices):

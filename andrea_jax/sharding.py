@@ -227,7 +227,7 @@ def global_batch(local: dict[str, np.ndarray], sharding: NamedSharding,
           for k, v in local.items()}
 
 
-def replicate_rows(batch: dict[str, np.ndarray], sharding: NamedSharding) -> dict[str, jax.Array]:
+def put_rows(batch: dict[str, np.ndarray], sharding: NamedSharding) -> dict[str, jax.Array]:
   """A batch every process holds whole (the held-out rows), as arrays split as ``sharding``:
   each device gets its rows from the host's copy, so no process needs the others' data."""
   return {k: jax.make_array_from_callback(v.shape, sharding, lambda idx, v=v: v[idx])

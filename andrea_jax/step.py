@@ -8,7 +8,8 @@ step when it is built. The step does, in order:
    (one call = one optimizer step, so the schedule, the curriculum and the checkpoints all count the same
    steps);
 2. the per-source mean loss and token counts, a segment sum over the batch's source ids;
-3. the AdamW update -- skipped, leaving the state untouched, when the loss or the gradient is not finite;
+3. the AdamW update -- skipped, leaving the state untouched, when the loss, the gradient or the new
+   weights are not finite;
 4. the curriculum update with the per-source losses (the weights of the batches to come);
 5. the zombie-cliff detector on the same numbers (it may exclude a source from the next phase on).
 

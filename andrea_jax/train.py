@@ -274,17 +274,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   if restored is not None:
     start, state, meta = restored
     print(f"resuming from step {start} ({checkpoints.directory}/{start})")
-    if int(jax.device_get(state.halted_at)) >= 0:
-      # Saved by an older version after a halt (its weights are the last good ones: skipped steps
-      # never reach them). The resumed run, changed as the halt suggested, starts a fresh count.
-      # A streak still under the limit is restored as saved: the resumed run is the run.
-      print(f"the checkpoint at step {start} was saved after a halt; resuming with the streak "
-            "cleared", file=sys.stderr)
+    changed = config_changes(meta.get("config") if isinstance(meta, dict) else None,
+                             config.to_dict())
+    streak = int(jax.device_get(state.nonfinite_streak))
+    if int(jax.device_get(state.halted_at)) >= 0 or (streak and changed):
+      # A halt (saved by an older version) or a streak resumed under changed values (the halt's
+      # advice taken): the new values start a fresh count; the weights are the last good ones
+      # (skipped steps never reach them). The same command again resumes the streak as saved, so
+      # it halts where the uninterrupted run does.
+      print(f"the checkpoint at step {start} was saved during a streak of non-finite steps; the "
+            "changed configuration starts a fresh count", file=sys.stderr)
       state = state.replace(
           nonfinite_streak=jax.device_put(jnp.int32(0), state.nonfinite_streak.sharding),
           halted_at=jax.device_put(jnp.int32(-1), state.halted_at.sharding))
-    changed = config_changes(meta.get("config") if isinstance(meta, dict) else None,
-                             config.to_dict())
     if changed and is_main:
       print(f"warning: the checkpoint at step {start} was saved under another configuration: "
             f"{'; '.join(changed)}. The run goes on with the new values; it is not the "
@@ -435,7 +437,7 @@ def _raise_if_halted(run, halted_at) -> None:
   first = int(jax.device_get(halted_at))
   if first >= 0:
     raise TrainingHalted(
-        f"{run.step_config.max_nonfinite_steps} consecutive steps with a non-finite loss or gradient "
+        f"{run.step_config.max_nonfinite_steps} consecutive steps with a non-finite loss, gradient or update "
         f"(steps {first}..{first + run.step_config.max_nonfinite_steps - 1}); they were skipped and "
         "the weights are unchanged. Lower optim.peak_lr, raise optim.warmup_steps or check the data.")
 

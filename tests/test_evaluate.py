@@ -25,7 +25,7 @@ from conftest import REPO, small_run_config
 def _config():
   c = small_run_config()
   # 40-row training batches (micro-batches of 40): 16 sources x 3 held-out windows = 48 rows, so
-  # two chunks, the second holding 8 real rows and 32 of padding.
+  # two chunks (as many as 40-row ones would need) of 24.
   c.data.global_batch_size = 40
   c.eval.update(sequences_per_source=3, sample_tokens=0)
   return c
@@ -76,14 +76,15 @@ def test_losses_equal_the_cross_entropy_worked_out_row_by_row(data_cache):
   c = _config()
   run, tokenizer, data, params = _setup(c)
   evaluator = eval_lib.Evaluator(run, c, data, tokenizer, jax.random.key(0))
-  assert len(evaluator.batch["inputs"]) == 48 and evaluator.chunk_rows == 40
+  assert len(evaluator.batch["inputs"]) == 48 and evaluator.chunk_rows == 24
   assert len(evaluator._chunks) == 2
   got = evaluator.losses(params)
   want = _by_hand(run, params, evaluator.batch)
   assert got.keys() == want.keys()
   for name in want:
     np.testing.assert_allclose(got[name], want[name], rtol=2e-5, err_msg=name)
-  # Micro-batches of 10 rows (grad_accum_steps 4): five chunks, the same losses.
+  # Micro-batches of 10 rows (grad_accum_steps 4): five chunks of 10, the last with 2 rows of
+  # padding, the same losses.
   c.optim.grad_accum_steps = 4
   small = eval_lib.Evaluator(runconfig.build(c), c, data, tokenizer, jax.random.key(0))
   assert small.chunk_rows == 10 and len(small._chunks) == 5
@@ -102,7 +103,7 @@ def test_four_devices_each_evaluate_a_quarter_of_the_rows(tmp_path, data_cache):
   want = _by_hand(run, params, eval_lib.Evaluator(run, c, data, tokenizer,
                                                   jax.random.key(0)).batch)
   for mesh, got in report.items():
-    assert got["rows_per_device"] == [10, 10], mesh    # 40-row chunks, a quarter on each device
+    assert got["rows_per_device"] == [6, 6], mesh    # 24-row chunks, a quarter on each device
     assert got["losses"].keys() == want.keys()
     for name in want:
       np.testing.assert_allclose(got["losses"][name], want[name], rtol=2e-5, err_msg=(mesh, name))

@@ -220,6 +220,8 @@ def test_the_target_run_names_what_is_missing(tmp_path):
                                                        r"but hold = 1.0 of train.num_steps = \d+ "
                                                        r"puts it at step \d+"),
     ({"probes": "schedule", "stop": 1.0, "hold": 1e-9}, r"puts it at step 0"),
+    # 5 of tiny.py's 1000 steps: shorter than a phase (7 steps), found before the probes run.
+    ({"hold": 0.005}, r"hold = 0.005 gives the target run an invalid schedule: .*lasts 5 steps"),
 ])
 def test_bad_settings_are_refused_before_any_probe_runs(tmp_path, kwargs, message):
   def refuse(config, workdir):
@@ -334,6 +336,13 @@ def test_a_probe_interrupted_past_the_asked_stop_is_reused(tmp_path):
   out = fit_proxy.fit(config, str(tmp_path), stop=0.5, runner=_power_law_runner(calls))
   assert calls == [str(tmp_path / "probe_00")]   # only the one checkpointed before the half
   np.testing.assert_allclose(out["b"], B, atol=2e-6)
+  # A later fit at 0.6: the probes marked done at the half hold 3/4 of the run in their logs
+  # (their checkpoint says so) and are reused, not resumed past their checkpoint; probe 0, run
+  # to the half only, goes on.
+  calls = []
+  out = fit_proxy.fit(config, str(tmp_path), stop=0.6, runner=_power_law_runner(calls))
+  assert calls == [str(tmp_path / "probe_00")]
+  np.testing.assert_allclose(out["b"], B, atol=2e-6)
 
 
 def test_late_losses_name_the_file_and_the_silent_source(tmp_path):
@@ -346,6 +355,17 @@ def test_late_losses_name_the_file_and_the_silent_source(tmp_path):
   with pytest.raises(ValueError, match=r"metrics.jsonl: no training loss logged for dictionary "
                                        r"in the last 10% of the 100 steps"):
     fit_proxy.late_losses(str(path), ["chat", "dictionary"], 100, 0.1)
+
+
+def test_late_losses_leave_out_skipped_steps_and_non_finite_losses(tmp_path):
+  # A skipped step is logged with finite false and its losses as strings (logs writes NaN so).
+  path = tmp_path / "metrics.jsonl"
+  path.write_text("\n".join(json.dumps(r) for r in (
+      {"step": 95, "finite": True, "loss/chat": 1.0},
+      {"step": 96, "finite": False, "loss/chat": "nan"},
+      {"step": 97, "finite": True, "loss/chat": "inf"},
+      {"step": 99, "finite": True, "loss/chat": 2.0})) + "\n")
+  np.testing.assert_allclose(fit_proxy.late_losses(str(path), ["chat"], 100, 0.1), [1.5])
 
 
 def test_the_command_line_refuses_a_bad_setting_with_one_line(tmp_path):

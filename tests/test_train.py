@@ -154,6 +154,11 @@ def test_a_streak_under_the_limit_is_resumed_as_saved(tmp_path):
   for _ in range(2):   # and again: the checkpoint at 4 still holds the streak
     with pytest.raises(train.TrainingHalted, match=r"3 consecutive steps .* \(steps 2..4\)"):
       train.train_and_evaluate(c, str(tmp_path / "run"))
+  # Changed as the halt suggests (a rate still too high here): the new values start a fresh
+  # count, so the halt comes two steps later, at steps 4..6.
+  c.optim.peak_lr = 1e8
+  with pytest.raises(train.TrainingHalted, match=r"3 consecutive steps .* \(steps 4..6\)"):
+    train.train_and_evaluate(c, str(tmp_path / "run"))
 
 
 def test_a_non_finite_update_from_a_finite_gradient_changes_nothing():
@@ -191,11 +196,13 @@ def test_a_workdir_that_cannot_be_one_is_refused_before_training(tmp_path):
 
 
 def test_processes_holding_unequal_numbers_of_devices_are_refused(monkeypatch):
-  # Two processes, this one holding 2 of 5 devices: the batch slices would not line up.
-  monkeypatch.setattr(jax, "process_count", lambda: 2)
-  monkeypatch.setattr(jax, "local_device_count", lambda: 2)
-  monkeypatch.setattr(jax, "device_count", lambda: 5)
-  with pytest.raises(ValueError, match="this process holds 2 of 5 devices over 2 processes"):
+  # Three processes holding 1, 2 and 3 devices: the batch slices would not line up. Every process
+  # sees the same list, the middle one (2, the mean) included, so all of them refuse.
+  import types
+  fake = [types.SimpleNamespace(process_index=p) for p in (0, 1, 1, 2, 2, 2)]
+  monkeypatch.setattr(jax, "devices", lambda: fake)
+  with pytest.raises(ValueError, match=r"unequal numbers of devices \(process 0: 1, process 1: 2, "
+                                       r"process 2: 3\)"):
     runconfig.build(small_run_config())
 
 

@@ -90,6 +90,13 @@ def basin_report(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, key: ja
   _check_count("hessian_iters", hessian_iters, 1)
   _check_count("trace_samples", trace_samples, 0)
   _check_count("slice_points", slice_points, 2)
+  num_params = int(sum(np.size(x) for x in jax.tree_util.tree_leaves(params)))
+  if hessian_k > min(hessian_iters, num_params):   # Lanczos finds at most as many as it iterates
+    raise ValueError(
+        f"hessian_k = {hessian_k} exceeds " + (
+            f"hessian_iters = {hessian_iters}: raise hessian_iters or ask for fewer eigenvalues"
+            if hessian_iters <= num_params else
+            f"the {num_params} parameters: a Hessian has no more eigenvalues than that"))
   if not (isinstance(slice_range, (int, float)) and not isinstance(slice_range, bool)
           and math.isfinite(slice_range) and slice_range > 0):
     raise ValueError(f"slice_range must be a finite number > 0, got {slice_range!r}")
@@ -98,7 +105,6 @@ def basin_report(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, key: ja
     raise ValueError(f"sigmas must be a non-empty 1-D sequence of finite numbers, got {sigmas!r}")
   key_of = lambda i: jax.random.fold_in(key, i)  # noqa: E731
   dir_kw = dict(filter_norm=filter_norm, ignore_1d=ignore_1d)
-  num_params = int(sum(np.size(x) for x in jax.tree_util.tree_leaves(params)))
 
   sharp = jax.jit(lambda p, k: perturbation_sharpness(
       loss_fn, p, k, jnp.asarray(sigmas_K), num_samples, batch_size=batch_size,
@@ -106,9 +112,6 @@ def basin_report(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, key: ja
   hessian: dict[str, Any] = {}
   if hessian_k > 0:
     m = min(hessian_iters, num_params)
-    if hessian_k > m:   # Lanczos finds at most as many eigenvalues as it takes iterations
-      raise ValueError(f"hessian_k = {hessian_k} exceeds min(hessian_iters, parameters) = {m}: "
-                       "raise hessian_iters or ask for fewer eigenvalues")
     eig_k = jax.jit(lambda p, k: hessian_top_eigenvalues(
         loss_fn, p, k, k=min(hessian_k, m), num_iters=m))(params, key_of(_HESSIAN))
     hessian.update(top_eigenvalues=_floats(eig_k), num_iters=m)
