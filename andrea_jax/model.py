@@ -89,6 +89,10 @@ class ModelConfig:
     if self.attention_impl not in ATTENTION_IMPLS:
       raise ValueError(f"ModelConfig.attention_impl must be one of {ATTENTION_IMPLS}; "
                        f"got {self.attention_impl!r}")
+    if self.attention_impl == "cudnn" and self.dtype != "bfloat16":
+      raise ValueError(f"ModelConfig.attention_impl='cudnn' needs dtype='bfloat16' (cuDNN's fused "
+                       f"attention takes fp16/bf16 only); got dtype={self.dtype!r}: use 'auto', "
+                       "which falls back to XLA in float32")
     if not isinstance(self.remat, bool):
       raise ValueError(f"ModelConfig.remat must be a bool; got {self.remat!r}")
     for name in ("init_std", "layer_norm_eps"):
@@ -254,10 +258,12 @@ class Transformer(nn.Module):
     if T > cfg.max_len:   # the position table has max_len rows: a longer row would read NaN
       raise ValueError(f"sequence length {T} exceeds config.max_len = {cfg.max_len}")
     init = nn.initializers.normal(cfg.init_std)
-    wte = nn.Embed(cfg.padded_vocab_size, cfg.d_model, dtype=cfg.compute_dtype,
-                   embedding_init=init, name="wte")
-    wpe = nn.Embed(cfg.max_len, cfg.d_model, dtype=cfg.compute_dtype, embedding_init=init,
-                   name="wpe")
+    # The lookups and the residual stream stay float32 under bf16 compute (the blocks' bf16 outputs
+    # are added to it in float32): a bf16 lookup would accumulate the embedding gradient, a
+    # scatter-add over every occurrence of a token, in bf16, losing most of a frequent token's.
+    wte = nn.Embed(cfg.padded_vocab_size, cfg.d_model, dtype=jnp.float32, embedding_init=init,
+                   name="wte")
+    wpe = nn.Embed(cfg.max_len, cfg.d_model, dtype=jnp.float32, embedding_init=init, name="wpe")
 
     cache_index = None
     if decode:

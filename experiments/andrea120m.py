@@ -17,7 +17,11 @@ parameters and their moments fit on every GPU, so FSDP is not needed). A step is
 1024 tokens = 524,288 tokens (0.5M, GPT-2-small's batch), 64 rows per GPU, run as 2 micro-batches of
 32 (optim.grad_accum_steps = 2) to leave room for the float32 logits of a 50K vocabulary. At the
 bench/gpu.py target (470K tokens/s per H100) 200K steps = 105B tokens take about 8 hours with
-the GPT-2 vocabulary.
+the GPT-2 vocabulary. That target is plain causal attention; this run keeps the document mask
+(train.document_mask = True, packed rows attend within their own documents), which cuDNN runs as
+a dense bias and whose backward also computes a bias gradient nobody uses: expect it slower
+(bench/model.py's "packed" rows measure it), or pass --config.train.document_mask=False for
+GPT-2's plain causal attention.
 
 What to expect (the source document's account; this software was not run at this scale here):
 v1 risks the bad basin the document describes (the samples repeating one word, "region region

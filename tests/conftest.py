@@ -14,6 +14,9 @@ import jax
 import pytest
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
+# float32 matmuls in float32 on a GPU too (XLA may use TF32 there by default): the tests compare
+# float32 results to 1e-6. On the CPU this is already the case.
+jax.config.update("jax_default_matmul_precision", "highest")
 
 # One XLA compilation cache for the whole run, shared with the processes the tests start: the suite
 # builds the same small training and evaluation programs in test after test, and compiling them,

@@ -230,7 +230,7 @@ def test_cudnn_matches_xla_in_bf16(kind):
   np.testing.assert_allclose(out_c.astype(np.float32), out_x.astype(np.float32), atol=2e-2)
   for a, b in zip(g_c, g_x):
     np.testing.assert_allclose(a.astype(np.float32), b.astype(np.float32), atol=5e-2, rtol=5e-2)
-  if kind != "causal":
+  if kind == "document":   # a padding query has no key of its own document: zeroed
     assert np.all(np.asarray(out_c.astype(np.float32))[seg == 0] == 0.0)
   # implementation=None picks the fused kernel for these inputs.
   hlo = jax.jit(lambda q, k, v: att.dot_product_attention(q, k, v, mask, is_causal=True)).lower(

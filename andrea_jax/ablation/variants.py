@@ -107,6 +107,9 @@ def run_config(config: ml_collections.ConfigDict, num_steps: int,
   """
   c = config.copy_and_resolve_references()
   c.train.num_steps = num_steps
+  # The ablation vmaps the step over variants, and jax's batching rule for cuDNN's fused attention
+  # mishandles a mask under vmap (a bias of the wrong batch): XLA attention, the same numbers.
+  c.model.attention_impl = "xla"
   if variant is None:
     c.optim.warmup_steps = min(c.optim.warmup_steps, num_steps)
   else:
