@@ -5,7 +5,8 @@ fused QKV projection, a tanh-GELU MLP (HF ``gelu_new``), biases everywhere, a fi
 output projection tied to the token embedding. No dropout.
 
 Parameters are float32; ``ModelConfig.dtype`` is the compute dtype (``"bfloat16"`` on accelerators).
-LayerNorm statistics, attention softmax and the logits are float32 in every case.
+LayerNorm statistics, attention softmax, the logits, the embedding lookups and the residual stream
+are float32 in every case (the blocks compute in ``dtype`` and add their outputs in float32).
 
 Vocabulary padding: the embedding has ``padded_vocab_size`` rows (a multiple of 128 runs the output
 matmul faster), the logits are computed over all of them and the ``vocab_size`` real columns are
