@@ -21,6 +21,7 @@ The loop, in the order a newcomer should read it:
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import signal
 import sys
@@ -177,6 +178,18 @@ def config_changes(saved: dict | None, current: dict) -> list[str]:
   return out
 
 
+def training_data_digest(data) -> str:
+  """SHA-256 of what a run trains and evaluates on: the tokenizer's fingerprint and every shard's
+  SHA-256 (the manifest's), per source. Saved with each checkpoint; a resume on other data warns."""
+  h = hashlib.sha256(data.fingerprint.encode())
+  for source in data.sources:
+    entry = data.manifest.get("sources", {}).get(source, {})
+    for split in sorted(entry.get("shards", {})):
+      for shard in entry["shards"][split]:
+        h.update(f"{source}/{split}/{shard.get('sha256')}".encode())
+  return h.hexdigest()
+
+
 def make_workdir(workdir: str) -> None:
   """Creates ``workdir`` (and its parents); a clear ``ValueError`` when it cannot be one."""
   if not isinstance(workdir, (str, os.PathLike)) or not os.fspath(workdir):
@@ -256,6 +269,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
 
   tokenizer = data_lib.load_tokenizer(config.data.tokenizer)
   data = data_lib.open_training_data(config.data, tokenizer, required=run.used_sources)
+  data_digest = training_data_digest(data)
   keys = run_keys(config.seed)
   mesh_cfg = runconfig.mesh_config(config)
   mesh = sharding.make_mesh(mesh_cfg)
@@ -276,6 +290,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     print(f"resuming from step {start} ({checkpoints.directory}/{start})")
     changed = config_changes(meta.get("config") if isinstance(meta, dict) else None,
                              config.to_dict())
+    saved_data = meta.get("data") if isinstance(meta, dict) else None
+    if saved_data is not None and saved_data != data_digest and is_main:
+      # The same config on other tokens: a retrained tokenizer at the same path, new files.
+      print(f"warning: the checkpoint at step {start} was saved on other data (the tokenizer or "
+            "the prepared shards differ); the run goes on with this data, it is not the "
+            "uninterrupted run", file=sys.stderr)
     streak = int(jax.device_get(state.nonfinite_streak))
     if int(jax.device_get(state.halted_at)) >= 0 or (streak and changed):
       # A halt (saved by an older version) or a streak resumed under changed values (the halt's
@@ -356,7 +376,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     flush_pending()
     _raise_if_halted(run, state.halted_at)   # a halted run saves nothing past its last good state
     if at not in saved:
-      checkpoints.save(at, state, {"step": at, "config": config.to_dict()})
+      checkpoints.save(at, state, {"step": at, "config": config.to_dict(), "data": data_digest})
       saved.add(at)
 
   def evaluate(at: int):

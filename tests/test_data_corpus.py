@@ -140,3 +140,13 @@ def test_ensure_builtin_caches_by_scale_and_tokenizer(tmp_path):
   other = ensure_builtin(cache, bpe, 0.01)
   assert other != path and os.stat(raw).st_mtime_ns == raw_mtime  # same raw text, new tokens
   assert PreparedData.open(other, tokenizer=bpe).num_tokens("chat") < data.num_tokens("chat")
+
+
+def test_scales_that_print_alike_get_their_own_cache_folders():
+  from andrea_jax.data import corpus
+  # :g keeps six digits: 12.34567 and 12.3457 would share a folder (and one the other's text).
+  a, b = corpus.builtin_root("/c", 12.34567), corpus.builtin_root("/c", 12.3457)
+  assert a != b and a.endswith("scale12.34567") and b.endswith("scale12.3457")
+  assert corpus.builtin_root("/c", 1.0).endswith("-scale1")             # the usual names stay
+  assert corpus.builtin_root("/c", 0.25).endswith("-scale0.25")
+  assert corpus.builtin_root("/c", 1.000001) != corpus.builtin_root("/c", 1.0)

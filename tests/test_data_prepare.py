@@ -159,6 +159,35 @@ def test_resume_skips_finished_sources_and_redoes_changed_ones(inputs, tmp_path)
   assert prepare(specs, BYTES, out, progress=False).prepared == ("oasst",)
 
 
+def test_a_malformed_or_older_manifest_entry_is_prepared_again(inputs, tmp_path):
+  root, docs, specs = inputs
+  out = str(tmp_path / "p")
+  prepare(specs, BYTES, out, progress=False)
+  path = os.path.join(out, "manifest.json")
+  m = json.load(open(path))
+  del m["sources"]["chat"]["inputs"]["files"][0]["sha256"]              # malformed
+  del m["sources"]["oasst"]["inputs"]["reader_version"]                 # from an older reader
+  json.dump(m, open(path, "w"))
+  again = prepare(specs, BYTES, out, progress=False)
+  assert again.prepared == ("chat", "oasst") and again.skipped == ("gutenberg",)
+  fresh = str(tmp_path / "fresh")
+  prepare(specs, BYTES, fresh, progress=False)
+  assert _tree(out) == _tree(fresh)
+
+
+def test_dictionary_encoded_text_reads_as_its_strings(tmp_path):
+  docs = ["first document here", "second one", "first document here"]
+  pq.write_table(pa.table({"text": pa.array(docs).dictionary_encode()}),
+                 str(tmp_path / "cat.parquet"))
+  pq.write_table(pa.table({"text": docs}), str(tmp_path / "plain.parquet"))
+  a = prepare({"chat": SourceSpec((str(tmp_path / "cat.parquet"),), "parquet", eval_fraction=0.0)},
+              BYTES, str(tmp_path / "a"), progress=False)
+  b = prepare({"chat": SourceSpec((str(tmp_path / "plain.parquet"),), "parquet",
+                                  eval_fraction=0.0)}, BYTES, str(tmp_path / "b"), progress=False)
+  sa, sb = a.manifest["sources"]["chat"]["shards"], b.manifest["sources"]["chat"]["shards"]
+  assert [x["sha256"] for x in sa["train"]] == [x["sha256"] for x in sb["train"]]
+
+
 def test_jsonl_text_and_parquet_give_the_same_tokens(tmp_path):
   docs = _documents(60, 7)
   _write_jsonl(tmp_path / "d.jsonl", docs, field="content")
@@ -268,6 +297,13 @@ def test_other_bad_inputs(tmp_path):
   with pytest.raises(DataError, match=r"damaged\.parquet, row group 0: unreadable"):
     prepare({"chat": SourceSpec((str(tmp_path / "damaged.parquet"),), "parquet")}, BYTES, out,
             progress=False)
+  # Bytes that are not UTF-8 in a string column (written as binary, viewed as string).
+  bad = pa.array([b"good doc", b"bad \xff\xfe doc"], pa.binary()).view(pa.string())
+  pq.write_table(pa.table({"text": bad}), str(tmp_path / "notutf8.parquet"))
+  with pytest.raises(DataError, match=r"notutf8\.parquet, row group 0: column 'text' is not valid "
+                                      r"UTF-8"):
+    prepare({"chat": SourceSpec((str(tmp_path / "notutf8.parquet"),), "parquet")}, BYTES, out,
+            progress=False)
   with pytest.raises(ValueError, match="unknown source 'nope'"):
     prepare({"nope": SourceSpec(("x",))}, BYTES, out, progress=False)
   with pytest.raises(ValueError, match="source 'chat': format must be one of"):
@@ -319,3 +355,18 @@ def test_concurrent_preparations_take_turns(inputs, tmp_path):
   assert sorted(len(r.prepared) for r in runs) == [0, 3]   # the second found everything finished
   prepare(specs, BYTES, str(tmp_path / "alone"), progress=False)
   assert _tree(out) == _tree(str(tmp_path / "alone"))
+
+
+def test_a_tokenizer_that_emits_the_end_of_document_id_is_an_error(tmp_path):
+  from andrea_jax.data import prepare_lib
+
+  class Leaky(type(BYTES)):
+    def encode_batch(self, texts):   # as a tokenizer mapping some text to its eod token would
+      return [np.append(self.encode(t), self.eod_id).astype(np.int32) for t in texts]
+
+  _write_jsonl(tmp_path / "a.jsonl", ["one", "two"])
+  spec = SourceSpec((str(tmp_path / "a.jsonl"),))
+  with pytest.raises(DataError, match=r"a\.jsonl \(bytes 0\.\., document 1 there\): tokenizer "
+                                      r"bytes encoded text as the end-of-document id 256"):
+    prepare({"chat": spec}, Leaky(), str(tmp_path / "p"), progress=False, workers=1)
+  assert prepare_lib.READER_VERSION >= 2

@@ -146,3 +146,39 @@ def test_hf_file_whose_end_of_document_token_is_not_special(bpe, tmp_path):
   with pytest.raises(DataError, match=r"plain.json: the end-of-document token '<\|endoftext\|>' "
                                       r"\(id 0\) is not a special token"):
     load_tokenizer(str(tmp_path / "plain.json"))
+
+
+def test_a_saved_truncation_or_padding_is_ignored(bpe, tmp_path):
+  # Some published tokenizer.json files carry truncation and padding: they would cut documents
+  # and fill short ones with the pad id (here the end-of-document id, a fake boundary).
+  import tokenizers
+  raw = tokenizers.Tokenizer.from_file(bpe.spec)
+  raw.enable_truncation(max_length=8)
+  raw.enable_padding(pad_id=bpe.eod_id, pad_token="<|endoftext|>")
+  raw.save(str(tmp_path / "trunc.json"))
+  tok = load_tokenizer(str(tmp_path / "trunc.json"))
+  text = "hello world " * 20
+  np.testing.assert_array_equal(tok.encode(text), bpe.encode(text))
+  short, long = tok.encode_batch(["hi", text])
+  np.testing.assert_array_equal(short, bpe.encode("hi"))
+  np.testing.assert_array_equal(long, bpe.encode(text))
+  assert bpe.eod_id not in short.tolist()
+
+
+def test_an_unknown_token_that_is_the_end_of_document_token_is_refused(tmp_path):
+  import tokenizers
+  from tokenizers import models
+  t = tokenizers.Tokenizer(models.BPE(vocab={"</s>": 0, "a": 1, "b": 2}, merges=[],
+                                      unk_token="</s>"))
+  t.add_special_tokens(["</s>"])
+  t.save(str(tmp_path / "unk.json"))
+  with pytest.raises(DataError, match=r"unk.json: the unknown token is the end-of-document token "
+                                      r"'</s>' \(id 0\)"):
+    load_tokenizer(str(tmp_path / "unk.json"))
+
+
+def test_a_tokenizer_path_with_a_tilde_is_expanded(bpe, tmp_path, monkeypatch):
+  import shutil
+  monkeypatch.setenv("HOME", str(tmp_path))
+  shutil.copy(bpe.spec, tmp_path / "tok.json")
+  assert load_tokenizer("~/tok.json").fingerprint == bpe.fingerprint

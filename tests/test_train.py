@@ -206,6 +206,21 @@ def test_processes_holding_unequal_numbers_of_devices_are_refused(monkeypatch):
     runconfig.build(small_run_config())
 
 
+def test_a_resume_on_other_data_says_so(tmp_path, capsys):
+  # The built-in corpus at another scale: other documents, other shards (and a changed config).
+  c = small_run_config(num_steps=6)
+  c.train.update(stop_step=3, checkpoint_every=3)
+  c.eval.sample_tokens = 0
+  train.train_and_evaluate(c, str(tmp_path / "run"))
+  c.train.stop_step = 6
+  train.train_and_evaluate(c, str(tmp_path / "run"))     # the same data: no warning
+  assert "saved on other data" not in capsys.readouterr().err
+  c.train.update(num_steps=9, stop_step=9)
+  c.data.builtin_scale = 0.3
+  train.train_and_evaluate(c, str(tmp_path / "run"))
+  assert "warning: the checkpoint at step 6 was saved on other data" in capsys.readouterr().err
+
+
 def test_a_geometry_that_never_starts_is_warned_about():
   # train.num_steps overridden without the geometries' start steps: the polish never comes.
   c = small_run_config(num_steps=30)

@@ -83,7 +83,14 @@ def builtin_specs(raw_dir: str) -> dict[str, readers.SourceSpec]:
 def builtin_root(cache_dir: str, scale: float) -> str:
   """``<cache_dir>/builtin/v<GENERATOR_VERSION>-scale<scale>``: everything of one corpus version."""
   return os.path.join(os.path.expanduser(cache_dir), "builtin",
-                      f"v{GENERATOR_VERSION}-scale{_check_scale(scale):g}")
+                      f"v{GENERATOR_VERSION}-scale{_scale_key(_check_scale(scale))}")
+
+
+def _scale_key(scale: float) -> str:
+  """``1``, ``0.25``: the shortest spelling that reads back as ``scale`` (``:g`` alone rounds to six
+  digits, so two scales could share a folder and one would reuse the other's text)."""
+  short = f"{scale:g}"
+  return short if float(short) == scale else repr(float(scale))
 
 
 def ensure_builtin_raw(cache_dir: str, scale: float = 1.0) -> str:

@@ -38,6 +38,10 @@ from andrea_jax.data.tokenizers import Tokenizer, load_tokenizer
 from andrea_jax.sources import SOURCES, source_index
 
 DEFAULT_SHARD_TOKENS = 1 << 28  # 512 MiB of uint16 tokens per shard
+# How files are read and tokenized into documents: part of a source's cache key, so a prepared
+# source is redone when it changes. Raise it with every change to the readers or to tokenizing
+# (2: CRLF text files separate into documents).
+READER_VERSION = 2
 
 
 class PrepareResult(NamedTuple):
@@ -89,6 +93,11 @@ def _tokenize_unit(tokenizer: Tokenizer | tuple[str, str], dtype: str,
   lengths_D = np.array([len(ids) + 1 for ids in encoded], np.int64)
   if not encoded:
     return np.zeros(0, dtype), lengths_D
+  for k, ids in enumerate(encoded):
+    if (ids == tok.eod_id).any():   # it would split the document: a boundary the text never had
+      where = f"row group {unit.start}" if unit.format == "parquet" else f"bytes {unit.start}.."
+      raise DataError(f"{unit.path} ({where}, document {k + 1} there): tokenizer {tok.name} "
+                      f"encoded text as the end-of-document id {tok.eod_id}")
   tokens_N = np.concatenate([part for ids in encoded for part in (eod_1, ids)])
   if tokens_N.min() < 0 or tokens_N.max() >= tok.vocab_size:
     raise DataError(f"{unit.path}: tokenizer {tok.name} produced id {tokens_N.max()} outside "
@@ -111,7 +120,7 @@ def _unit_weights(units: list[readers.WorkUnit]) -> list[int]:
 def _input_record(spec: readers.SourceSpec, files: list[str], shard_tokens: int,
                   hasher: concurrent.futures.Executor) -> dict[str, Any]:
   digests = list(hasher.map(hashing.sha256_file, files))
-  return {"format": spec.format, "text_field": spec.text_field,
+  return {"reader_version": READER_VERSION, "format": spec.format, "text_field": spec.text_field,
           "separator": spec.separator if spec.format == "text" else None,
           "eval_fraction": float(spec.eval_fraction), "shard_tokens": int(shard_tokens),
           "files": [{"path": f, "bytes": os.path.getsize(f), "sha256": d}
@@ -125,6 +134,14 @@ def _content(inputs: dict[str, Any]) -> dict[str, Any]:
 
 def _is_finished(out_dir: str, entry: dict[str, Any] | None, inputs: dict[str, Any],
                  fingerprint: str, itemsize: int) -> bool:
+  try:
+    return _finished(out_dir, entry, inputs, fingerprint, itemsize)
+  except (KeyError, TypeError, AttributeError, IndexError):   # a malformed earlier entry: redo it
+    return False
+
+
+def _finished(out_dir: str, entry: dict[str, Any] | None, inputs: dict[str, Any],
+              fingerprint: str, itemsize: int) -> bool:
   if not entry or entry.get("tokenizer", {}).get("fingerprint") != fingerprint:
     return False
   if _content(entry.get("inputs", {"files": []})) != _content(inputs):

@@ -202,6 +202,12 @@ def _read_parquet(unit: WorkUnit) -> list[str]:
     column = pf.read_row_group(unit.start, columns=[unit.text_field]).column(0)
   except (OSError, pa.ArrowException) as e:   # a corrupt page: bad compression, bad encoding
     raise DataError(f"{unit.path}, row group {unit.start}: unreadable ({e})") from e
+  if pa.types.is_dictionary(column.type):   # e.g. pandas categories: text all the same
+    column = column.cast(column.type.value_type)
   if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
     raise DataError(f"{unit.path}: column {unit.text_field!r} has type {column.type}, not string")
-  return [t for t in column.to_pylist() if t]
+  try:
+    return [t for t in column.to_pylist() if t]
+  except UnicodeDecodeError as e:
+    raise DataError(f"{unit.path}, row group {unit.start}: column {unit.text_field!r} is not valid "
+                    f"UTF-8 ({e})") from e

@@ -102,6 +102,10 @@ class HFTokenizer:
     except Exception as e:  # the library raises plain Exception subclasses of its own
       raise DataError(f"{self.spec}: not a Hugging Face tokenizers JSON file ({e})") from e
     self._tok.encode_special_tokens = True
+    # A saved truncation or padding would cut documents or fill them with pad ids (an end-of-
+    # document id among them): this module encodes whole documents, one id per piece of text.
+    self._tok.no_truncation()
+    self._tok.no_padding()
     self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
     for candidate in _EOD_CANDIDATES:
       tid = self._tok.token_to_id(candidate)
@@ -119,6 +123,13 @@ class HFTokenizer:
                       "not a special token, so text spelling it would be encoded as a document "
                       "boundary; mark it special (tokenizer.add_special_tokens) and save the file "
                       "again")
+    model = self._tok.model
+    unk = getattr(model, "unk_token", None)
+    unk_id = self._tok.token_to_id(unk) if isinstance(unk, str) else getattr(model, "unk_id", None)
+    if unk_id is not None and int(unk_id) == self.eod_id:
+      raise DataError(f"{self.spec}: the unknown token is the end-of-document token {candidate!r} "
+                      f"(id {self.eod_id}), so every character the vocabulary lacks would end a "
+                      "document; give the model another unk_token")
 
   def encode(self, text: str) -> np.ndarray:
     """``[n]`` int32 ids of ``text`` (no special tokens added)."""
@@ -179,6 +190,8 @@ def load_tokenizer(spec: str | os.PathLike) -> Tokenizer:
     257
   """
   spec = os.fspath(spec)
+  if spec != "bytes":
+    spec = os.path.expanduser(spec)   # as data.tokenizer's validation reads it
   if spec == "bytes":
     return ByteTokenizer()
   if not os.path.isfile(spec):
