@@ -206,6 +206,9 @@ def observe(state: BanditState, losses: jax.Array, tokens: jax.Array) -> BanditS
   """
   losses = jnp.asarray(losses, jnp.float32)
   tokens = jnp.asarray(tokens, jnp.float32)
+  if losses.shape != state.win_loss.shape or tokens.shape != state.win_loss.shape:
+    raise ValueError(f"observe: losses and tokens must have shape {state.win_loss.shape} (one per "
+                     f"source), got {losses.shape} and {tokens.shape}")
   valid = (tokens >= TOKENS_RANGE[0]) & jnp.isfinite(losses) & jnp.isfinite(tokens)
   n = jnp.where(valid, jnp.minimum(tokens, TOKENS_RANGE[1]), 0.0)
   l = jnp.clip(jnp.where(valid, losses, 0.0), -LOSS_CLIP, LOSS_CLIP)

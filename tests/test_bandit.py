@@ -240,3 +240,10 @@ def test_an_empty_window_decays_nothing():
   # One step in the window: one factor of gamma (no tokens, so no new observation).
   one = bandit.close_window(p, s.replace(win_steps=jnp.int32(1)))
   np.testing.assert_allclose(one.counts, [0.25, 1.0])
+
+
+def test_observe_refuses_wrong_shapes():
+  s = bandit.init(3)
+  for losses, tokens in ((jnp.ones(1), jnp.ones(3)), (jnp.ones(3), jnp.ones(2))):
+    with pytest.raises(ValueError, match=r"observe: losses and tokens must have shape \(3,\)"):
+      bandit.observe(s, losses, tokens)

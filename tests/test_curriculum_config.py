@@ -130,6 +130,8 @@ def _config(**geometry_fields):
      "curriculum.phase_min_steps = 3 must exceed decision_lag + 1 = 3"),
     ({"phase_max_steps": 10}, ValueError,
      "curriculum.phase_max_steps = 10 must be >= 2 * phase_min_steps - 1 = 13"),
+    ({"phase_max_steps": 2**31 - 1}, ValueError,
+     "curriculum.phase_max_steps must be < 2**30, got 2147483647"),
     ({"random_share": 1.5}, ValueError, "curriculum.random_share must be in [0, 1], got 1.5"),
     ({"eta": 0.0}, ValueError, "curriculum.eta must be in (0, 1], got 0.0"),
     ({"bandit__discount": 0.0}, ValueError, "bandit.discount must be in (0, 1], got 0.0"),
@@ -138,6 +140,17 @@ def test_validation_messages(fields, err, message):
   with pytest.raises(err) as e:
     curriculum.spec_from_config(_config(**fields))
   assert message in str(e.value)
+
+
+def test_more_sources_than_the_random_phases_sample_are_refused():
+  # 21 sources (API users may pass their own names): refused before anything compiles.
+  names = tuple(f"s{i}" for i in range(21))
+  c = curriculum.curriculum_config()
+  c.strategy = "static"
+  c.geometries = ml_collections.ConfigDict({"full": curriculum.geometry("full", 0, sources=names)})
+  with pytest.raises(ValueError, match="sources: 21 sources, more than the 20 the curriculum's "
+                                       "random phases sample"):
+    curriculum.spec_from_config(c, sources=names)
 
 
 def test_validation_of_types_and_missing_fields():

@@ -170,6 +170,26 @@ def test_one_exclusion_a_geometry_cannot_take_does_not_cancel_the_others():
   np.testing.assert_allclose(used.sum(1), 1, atol=1e-6)
 
 
+def test_an_earlier_exclusion_a_geometry_cannot_take_does_not_block_a_new_one():
+  # hermes3-general excluded in the firehose (the polish floors it at 0.7, so it comes back), then
+  # dictionary during the polish: feasible on its own, applied; only hermes3-general is refused.
+  spec = _spec()
+  hermes, dictionary = SOURCES.index("hermes3-general"), SOURCES.index("dictionary")
+  one = lambda i: (lambda state: _exclude(spec, state, jnp.asarray(np.arange(16) == i)))
+  used, _, states = _run(spec, 1300, actions={300: one(hermes), 1200: one(dictionary)})
+  assert used[POLISH:, hermes].min() >= np.float32(0.7)
+  last = int(np.flatnonzero(used[1200:, dictionary] > 0).max()) + 1200 if np.any(
+      used[1200:, dictionary] > 0) else 1200
+  assert last < 1200 + 42 + spec.decision_lag + 1       # out from the next undecided phase on
+  assert np.all(used[last + 1:, dictionary] == 0) and last + 1 < 1300
+  assert bool(states[1299].excluded[dictionary])
+  np.testing.assert_array_equal(np.flatnonzero(states[1299].rejected), [hermes])
+  # A request the region cannot take is still refused whole (the seven warmup sources at once).
+  state = curriculum.init(spec, jax.random.key(0))
+  warm = jnp.asarray([s in WARMUP_SOURCES for s in SOURCES])
+  assert not np.any(_exclude(spec, state, warm).excluded)
+
+
 def test_wrong_shapes_are_refused_naming_the_shape():
   spec = _spec()
   state = curriculum.init(spec, jax.random.key(0))

@@ -34,6 +34,7 @@ from andrea_jax.bandit import BanditParams
 from andrea_jax.curriculum.elastic import ElasticParams
 from andrea_jax.curriculum.exp3 import Exp3Params
 from andrea_jax.simplex import Region
+from andrea_jax.simplex import sampling
 from andrea_jax.sources import POLISH_EXCLUDED, SOURCES, WARMUP_SOURCES, check_sources
 
 STRATEGIES = ("andrea", "bandit_only", "random_only", "static", "exp3", "elastic")
@@ -426,6 +427,11 @@ def spec_from_config(config: ml_collections.ConfigDict, sources: Sequence[str] =
     (('v2_warmup', 'v2_firehose', 'v3_polish'), [0, 200, 1126], (3, 16))
   """
   sources = check_sources(sources)
+  if len(sources) > sampling.MAX_EXACT_SOURCES:
+    # Every strategy compiles the random phases' sampler, whose acceptance step is exact up to
+    # that many sources (it enumerates the subsets).
+    raise ValueError(f"sources: {len(sources)} sources, more than the "
+                     f"{sampling.MAX_EXACT_SOURCES} the curriculum's random phases sample")
   c = config
   strategy = c.get("strategy", "andrea")
   if strategy not in STRATEGIES:
@@ -438,6 +444,8 @@ def spec_from_config(config: ml_collections.ConfigDict, sources: Sequence[str] =
   if lo <= lag + 1:
     raise ValueError(f"curriculum.phase_min_steps = {lo} must exceed decision_lag + 1 = {lag + 1} "
                      "(a phase is decided decision_lag steps before it starts)")
+  if hi >= 2**30:   # phase ends are int32 step counts: hi + 1 and later sums must not overflow
+    raise ValueError(f"curriculum.phase_max_steps must be < 2**30, got {hi}")
   if hi < 2 * lo - 1:
     raise ValueError(f"curriculum.phase_max_steps = {hi} must be >= 2 * phase_min_steps - 1 = "
                      f"{2 * lo - 1}, so that phases can be cut at a geometry boundary")

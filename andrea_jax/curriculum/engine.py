@@ -367,8 +367,9 @@ def lookup(sched: Schedule, step: jax.Array) -> jax.Array:
 def exclude(spec: CurriculumSpec, state: CurriculumState, mask: jax.Array) -> CurriculumState:
   """Excludes the sources of ``mask`` (``[S]`` bool) from the next undecided phase on. Jittable.
 
-  The request is applied as a whole if the region of that phase stays non-empty with all extra
-  exclusions so far; otherwise it is ignored and its sources are added to ``state.rejected``.
+  The request is applied as a whole if the region of that phase stays non-empty with it and every
+  earlier exclusion that region takes; otherwise it is ignored and its sources are added to
+  ``state.rejected``.
   Phases already decided (the schedule's two) keep their weights.
   """
   mask = jnp.asarray(mask, bool)
@@ -376,8 +377,12 @@ def exclude(spec: CurriculumSpec, state: CurriculumState, mask: jax.Array) -> Cu
     raise ValueError(f"exclude: mask must be a [S] = {state.excluded.shape} bool mask of the "
                      f"sources, got shape {mask.shape}")
   candidate = state.excluded | mask
-  _, _, applied = _bounds(spec, _geometry_at(spec, state.next_start), candidate)
-  ok = jnp.all(applied | ~candidate)
+  g = _geometry_at(spec, state.next_start)
+  # An earlier exclusion this geometry cannot take (a floor on it here) does not block a new one:
+  # the request must apply, and so must every earlier one that applies now.
+  _, _, before = _bounds(spec, g, state.excluded)
+  _, _, applied = _bounds(spec, g, candidate)
+  ok = jnp.all(applied | ~(mask | before))
   refused = state.rejected | (mask & ~state.excluded)
   return state.replace(excluded=jnp.where(ok, candidate, state.excluded),
                        rejected=jnp.where(ok, state.rejected, refused))

@@ -34,7 +34,7 @@ import numpy as np
 Method = Literal["auto", "reject", "floor", "ceiling", "chain"]
 
 # The inclusion-exclusion table has 2^n entries.
-_MAX_N = 20
+MAX_EXACT_SOURCES = _MAX_N = 20
 
 # Rounding allowed on the sums of the bounds (float32 bounds of a region that is tight in float64).
 _SUM_TOL = 1e-5
