@@ -26,7 +26,7 @@ overrides: the target's own model) under that mixture for the first ``hold`` of 
 the uniform mixture (``experiments/proxy.py``). Measured on the built-in corpus
 (``bench/RESULTS.md``, "A designed proxy"): with probes of the target's own size and the default
 ``--power 1.5``, the uniform mixture's final held-out loss in 23.4% fewer steps at 0.13M
-parameters (nine seeds) and 22.9% at 0.85M (six); 18.7% at 2.76M (nine) from fits at 0.13M
+parameters (nine seeds) and 23.2% at 0.85M (nine); 18.7% at 2.76M (nine) from fits at 0.13M
 and 0.85M read at its size (``experiments/proxy.py:fit_a,fit_b``); a 0.13M fit alone, 17-20% at
 0.85-2.76M. Power 1 gave 16-19.5% at 0.13-6.4M.
 """

@@ -21,7 +21,7 @@ file's model: ``--config.model.*`` overrides of the run come after the mixture i
 Expect, on the built-in corpus (``bench/RESULTS.md``, "A designed proxy", "A sharper mixture"),
 the uniform mixture's final held-out loss reached in fewer steps than under the uniform mixture:
 with ``--power 1.5`` (the default), 23.4% when the probes are the target's own size (0.13M, nine
-seeds), 22.9% at 0.85M with probes of its size (six seeds) and 18.7% at 2.76M (nine) from fits
+seeds), 23.2% at 0.85M with probes of its size (nine seeds) and 18.7% at 2.76M (nine) from fits
 at 0.13M and 0.85M read at its size; 17-20% from a 0.13M fit alone at 0.85-2.76M.
 """
 
