@@ -59,6 +59,14 @@ def _basis(a_DxK: jax.Array) -> jax.Array:
   return q_DxK
 
 
+def _check_bases(a, b, ndim: int, want: str) -> None:
+  """The spanning sets of two subspaces (or two stacks of them): same ``D``, at least one column."""
+  sa, sb = jnp.shape(a), jnp.shape(b)
+  if len(sa) != ndim or len(sb) != ndim or sa[-2] != sb[-2] or sa[-1] < 1 or sb[-1] < 1:
+    raise ValueError(f"a and b must be {want} with the same D and at least one column, got "
+                     f"{sa} and {sb}")
+
+
 @jax.jit
 def principal_angles(a_DxK: jax.Array, b_DxM: jax.Array) -> jax.Array:
   """The ``min(K, M)`` principal angles (radians, ascending) between the column spaces of ``a``
@@ -74,9 +82,7 @@ def principal_angles(a_DxK: jax.Array, b_DxM: jax.Array) -> jax.Array:
     >>> b = jnp.array([[1., 0], [0, jnp.cos(jnp.pi / 6)], [0, jnp.sin(jnp.pi / 6)]])
     >>> jnp.degrees(principal_angles(a, b))   # [0, 30]
   """
-  if a_DxK.ndim != 2 or b_DxM.ndim != 2 or a_DxK.shape[0] != b_DxM.shape[0]:
-    raise ValueError(f"a and b must be [D, K] and [D, M] with the same D, got {a_DxK.shape} and "
-                     f"{b_DxM.shape}")
+  _check_bases(a_DxK, b_DxM, 2, "[D, K] and [D, M]")
   if a_DxK.shape[1] < b_DxM.shape[1]:
     a_DxK, b_DxM = b_DxM, a_DxK
   qa_DxK, qb_DxM = _basis(a_DxK), _basis(b_DxM)
@@ -94,9 +100,7 @@ def subspace_overlap(a_DxK: jax.Array, b_DxM: jax.Array) -> jax.Array:
 
   Example: ``subspace_overlap(a, a) == 1``; orthogonal subspaces give 0.
   """
-  if a_DxK.ndim != 2 or b_DxM.ndim != 2 or a_DxK.shape[0] != b_DxM.shape[0]:
-    raise ValueError(f"a and b must be [D, K] and [D, M] with the same D, got {a_DxK.shape} and "
-                     f"{b_DxM.shape}")
+  _check_bases(a_DxK, b_DxM, 2, "[D, K] and [D, M]")
   c_KxM = _basis(a_DxK).T @ _basis(b_DxM)
   return jnp.sum(c_KxM**2) / min(a_DxK.shape[1], b_DxM.shape[1])
 
@@ -110,6 +114,7 @@ def overlap_matrix(a_HxDxK: jax.Array, b_HxDxM: jax.Array | None = None) -> jax.
   ``overlap_matrix(p["q"], p["k"])`` each head's query subspace with every head's key subspace.
   """
   b_HxDxM = a_HxDxK if b_HxDxM is None else b_HxDxM
+  _check_bases(a_HxDxK, b_HxDxM, 3, "[H, D, K] and [H', D, M]")   # shapes: static under jit
   qa_HxDxK = jax.vmap(_basis)(a_HxDxK)
   qb_HxDxM = jax.vmap(_basis)(b_HxDxM)
   c_HxHxKxM = jnp.einsum("adk,bdm->abkm", qa_HxDxK, qb_HxDxM)

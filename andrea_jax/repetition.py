@@ -103,8 +103,9 @@ def repetition_score(tokens: TextOrTokens, ns: Sequence[int] = (2, 3, 4),
   if not ns:
     raise ValueError("ns is empty")
   w = np.ones(len(ns)) if weights is None else np.asarray(weights, dtype=np.float64)
-  if w.shape != (len(ns),) or np.any(w < 0) or not np.sum(w) > 0:
-    raise ValueError(f"weights must be {len(ns)} non-negative numbers with a positive sum, "
+  if (w.shape != (len(ns),) or not np.all(np.isfinite(w)) or np.any(w < 0)
+      or not np.sum(w) > 0):
+    raise ValueError(f"weights must be {len(ns)} finite non-negative numbers with a positive sum, "
                      f"got {weights!r}")
   shares = np.asarray([repeated_ngram_share(tokens, n) for n in ns])
   return float(np.sum(w * shares) / np.sum(w))

@@ -131,3 +131,10 @@ def test_errors_name_the_problem():
     heads.head_projections(params, cfg, 0.0)
   with pytest.raises(ValueError, match="same D"):
     heads.principal_angles(jnp.ones((3, 1)), jnp.ones((4, 1)))
+  # A subspace needs a column; a stack of heads needs three axes and one D.
+  with pytest.raises(ValueError, match=r"at least one column, got \(3, 0\) and \(3, 1\)"):
+    heads.subspace_overlap(jnp.ones((3, 0)), jnp.ones((3, 1)))
+  with pytest.raises(ValueError, match=r"\[H, D, K\] and \[H', D, M\] with the same D"):
+    heads.overlap_matrix(jnp.ones((2, 3, 1)), jnp.ones((2, 4, 1)))
+  with pytest.raises(ValueError, match=r"\[H, D, K\]"):
+    heads.overlap_matrix(jnp.ones((3, 1)))

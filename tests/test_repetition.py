@@ -80,6 +80,8 @@ def test_score_weights_and_validation():
     repetition.repeated_ngram_share(np.array([0.5, 1.5]), 1)
   with pytest.raises(ValueError, match="weights"):
     repetition.repetition_score(x, ns=(2, 3), weights=(1, -1))
+  with pytest.raises(ValueError, match="weights must be 2 finite"):
+    repetition.repetition_score(x, ns=(2, 3), weights=(float("inf"), 1))
   with pytest.raises(ValueError, match="threshold"):
     repetition.is_collapsed(x, threshold=0.0)
   with pytest.raises(ValueError, match="samples"):
