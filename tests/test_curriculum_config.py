@@ -134,7 +134,8 @@ def _config(**geometry_fields):
      "curriculum.phase_max_steps must be < 2**30, got 2147483647"),
     ({"random_share": 1.5}, ValueError, "curriculum.random_share must be in [0, 1], got 1.5"),
     ({"eta": 0.0}, ValueError, "curriculum.eta must be in (0, 1], got 0.0"),
-    ({"bandit__discount": 0.0}, ValueError, "bandit.discount must be in (0, 1], got 0.0"),
+    ({"bandit__discount": 0.0}, ValueError,
+     "curriculum.bandit.discount must be in (0, 1], got 0.0"),
 ])
 def test_validation_messages(fields, err, message):
   with pytest.raises(err) as e:

@@ -417,6 +417,21 @@ def validate(config: ml_collections.ConfigDict, sources: Sequence[str] = SOURCES
   spec_from_config(config, sources=sources)
 
 
+def _params_section(c: ml_collections.ConfigDict, name: str, cls):
+  """``cls(**c[name])``; its errors name the field as the config spells it (``curriculum.bandit.x``)."""
+  values = dict(c[name]) if name in c else {}
+  fields = {f.name for f in dataclasses.fields(cls)}
+  if set(values) - fields:
+    raise ValueError(f"curriculum.{name} has unknown fields {sorted(set(values) - fields)}")
+  try:
+    return cls(**values)
+  except (ValueError, TypeError) as e:
+    message = str(e)
+    if message.startswith(f"{name}."):
+      message = f"curriculum.{message}"
+    raise type(e)(message) from None
+
+
 def spec_from_config(config: ml_collections.ConfigDict, sources: Sequence[str] = SOURCES
                      ) -> CurriculumSpec:
   """Validates the ``curriculum`` section and builds the static :class:`CurriculumSpec`.
@@ -455,21 +470,9 @@ def spec_from_config(config: ml_collections.ConfigDict, sources: Sequence[str] =
   eta = _number("curriculum.eta", c.eta)
   if not 0 < eta <= 1:
     raise ValueError(f"curriculum.eta must be in (0, 1], got {eta}")
-  b = dict(c.bandit) if "bandit" in c else {}
-  fields = {f.name for f in dataclasses.fields(BanditParams)}
-  if set(b) - fields:
-    raise ValueError(f"curriculum.bandit has unknown fields {sorted(set(b) - fields)}")
-  bandit = BanditParams(**b)
-  e = dict(c.exp3) if "exp3" in c else {}
-  fields = {f.name for f in dataclasses.fields(Exp3Params)}
-  if set(e) - fields:
-    raise ValueError(f"curriculum.exp3 has unknown fields {sorted(set(e) - fields)}")
-  exp3 = Exp3Params(**e)
-  e = dict(c.elastic) if "elastic" in c else {}
-  fields = {f.name for f in dataclasses.fields(ElasticParams)}
-  if set(e) - fields:
-    raise ValueError(f"curriculum.elastic has unknown fields {sorted(set(e) - fields)}")
-  elastic = ElasticParams(**e)
+  bandit = _params_section(c, "bandit", BanditParams)
+  exp3 = _params_section(c, "exp3", Exp3Params)
+  elastic = _params_section(c, "elastic", ElasticParams)
   reward = c.get("bandit_reward", "progress")
   if reward not in BANDIT_REWARDS:
     raise ValueError(f"curriculum.bandit_reward must be one of {BANDIT_REWARDS}, got {reward!r}")
