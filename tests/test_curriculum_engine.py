@@ -173,10 +173,12 @@ def test_one_exclusion_a_geometry_cannot_take_does_not_cancel_the_others():
 def test_an_earlier_exclusion_a_geometry_cannot_take_does_not_block_a_new_one():
   # hermes3-general excluded in the firehose (the polish floors it at 0.7, so it comes back), then
   # dictionary during the polish: feasible on its own, applied; only hermes3-general is refused.
+  # The second request holds both, as the trainer sends it (every source the cliff detector has
+  # flagged so far).
   spec = _spec()
   hermes, dictionary = SOURCES.index("hermes3-general"), SOURCES.index("dictionary")
-  one = lambda i: (lambda state: _exclude(spec, state, jnp.asarray(np.arange(16) == i)))
-  used, _, states = _run(spec, 1300, actions={300: one(hermes), 1200: one(dictionary)})
+  some = lambda *i: (lambda state: _exclude(spec, state, jnp.asarray(np.isin(np.arange(16), i))))
+  used, _, states = _run(spec, 1300, actions={300: some(hermes), 1200: some(hermes, dictionary)})
   assert used[POLISH:, hermes].min() >= np.float32(0.7)
   last = int(np.flatnonzero(used[1200:, dictionary] > 0).max()) + 1200 if np.any(
       used[1200:, dictionary] > 0) else 1200

@@ -227,3 +227,16 @@ def test_the_advice_for_a_corrupted_shard_works(clean, prepared):
   result = prepare(specs, BYTES, str(prepared), shard_tokens=4000, progress=False)
   assert result.prepared == ("oasst",) and set(result.skipped) == {"chat", "gutenberg"}
   PreparedData.open(prepared, tokenizer=BYTES, required=SUBSET)
+
+
+def test_a_source_prepared_by_another_reader_version_is_warned_about(prepared):
+  import warnings as w
+  with w.catch_warnings():
+    w.simplefilter("error")          # the clean directory: no warning
+    PreparedData.open(prepared, tokenizer=BYTES, required=SUBSET)
+  m = _manifest(prepared)
+  del m["sources"][SUBSET[0]]["inputs"]["reader_version"]   # as an older version wrote it
+  _save(prepared, m)
+  with pytest.warns(UserWarning, match=rf"sources \['{SUBSET[0]}'\] were prepared by another "
+                                       r"version of the readers \(this one is 2\)"):
+    PreparedData.open(prepared, tokenizer=BYTES, required=SUBSET)

@@ -182,3 +182,14 @@ def test_a_tokenizer_path_with_a_tilde_is_expanded(bpe, tmp_path, monkeypatch):
   monkeypatch.setenv("HOME", str(tmp_path))
   shutil.copy(bpe.spec, tmp_path / "tok.json")
   assert load_tokenizer("~/tok.json").fingerprint == bpe.fingerprint
+
+
+def test_a_unigram_unknown_id_that_is_the_end_of_document_id_is_refused(tmp_path):
+  # Unigram stores unk_id (an index), not unk_token; the library exposes neither.
+  import tokenizers
+  from tokenizers import models
+  t = tokenizers.Tokenizer(models.Unigram([("</s>", 0.0), ("a", -1.0), ("b", -2.0)], unk_id=0))
+  t.add_special_tokens(["</s>"])
+  t.save(str(tmp_path / "uni.json"))
+  with pytest.raises(DataError, match=r"uni.json: the unknown token is the end-of-document token"):
+    load_tokenizer(str(tmp_path / "uni.json"))

@@ -262,7 +262,7 @@ def test_bf16_compute_keeps_float32_params_and_logits():
 
 def test_bf16_embedding_gradient_is_accumulated_in_float32():
   # 4096 tokens drawn from 4 ids: each embedding row's gradient sums ~1000 contributions. A bf16
-  # lookup would scatter-add them in bf16 (8 bits of mantissa) and lose most of it (15% off here);
+  # lookup would scatter-add them in bf16 (8 bits of mantissa) and lose part of it (7% off here);
   # in float32 the bf16 gradient is the float32 one to bf16's rounding of the activations.
   cfg = m.tiny(max_len=256, num_layers=2, d_model=32, num_heads=4, d_mlp=64)
   p = _params(cfg)

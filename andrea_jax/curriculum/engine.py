@@ -380,9 +380,11 @@ def exclude(spec: CurriculumSpec, state: CurriculumState, mask: jax.Array) -> Cu
   g = _geometry_at(spec, state.next_start)
   # An earlier exclusion this geometry cannot take (a floor on it here) does not block a new one:
   # the request must apply, and so must every earlier one that applies now.
+  # The trainer sends every source flagged so far: only the new ones are this request.
+  new = mask & ~state.excluded
   _, _, before = _bounds(spec, g, state.excluded)
   _, _, applied = _bounds(spec, g, candidate)
-  ok = jnp.all(applied | ~(mask | before))
+  ok = jnp.all(applied | ~(new | before))
   refused = state.rejected | (mask & ~state.excluded)
   return state.replace(excluded=jnp.where(ok, candidate, state.excluded),
                        rejected=jnp.where(ok, state.rejected, refused))

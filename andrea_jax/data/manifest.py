@@ -31,6 +31,11 @@ import numpy as np
 from andrea_jax.data.errors import DataError
 
 FORMAT_VERSION = 1
+# How files are read and tokenized into documents: part of a source's cache key, so a prepared
+# source is redone when it changes (and a prepared_dir made by an older one is warned about).
+# Raise it with every change to the readers or to tokenizing (2: CRLF text files separate into
+# documents; a tokenizer's saved truncation and padding are ignored).
+READER_VERSION = 2
 MANIFEST = "manifest.json"
 SPLITS = ("train", "eval")
 

@@ -38,10 +38,7 @@ from andrea_jax.data.tokenizers import Tokenizer, load_tokenizer
 from andrea_jax.sources import SOURCES, source_index
 
 DEFAULT_SHARD_TOKENS = 1 << 28  # 512 MiB of uint16 tokens per shard
-# How files are read and tokenized into documents: part of a source's cache key, so a prepared
-# source is redone when it changes. Raise it with every change to the readers or to tokenizing
-# (2: CRLF text files separate into documents).
-READER_VERSION = 2
+READER_VERSION = mf.READER_VERSION
 
 
 class PrepareResult(NamedTuple):

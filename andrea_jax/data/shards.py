@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -131,6 +132,14 @@ class PreparedData:
     unknown = [s for s in manifest["sources"] if s not in sources]
     if unknown:
       raise DataError(f"{where}: sources {unknown} are not among the run's sources {list(sources)}")
+    stale = [s for s in required if isinstance(manifest["sources"].get(s), dict)
+             and isinstance(manifest["sources"][s].get("inputs"), dict)
+             and manifest["sources"][s]["inputs"].get("reader_version", 1) != mf.READER_VERSION]
+    if stale:
+      warnings.warn(f"{where}: sources {stale} were prepared by another version of the readers "
+                    f"(this one is {mf.READER_VERSION}); prepare them again "
+                    "(python -m andrea_jax.data.prepare) to read their files as it does",
+                    stacklevel=3)
     for s in required:
       entry = manifest["sources"].get(s)
       if entry is None:

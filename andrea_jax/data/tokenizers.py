@@ -11,6 +11,7 @@ token is encoded as ordinary text.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Iterable, Sequence
 from typing import Protocol, runtime_checkable
@@ -123,10 +124,13 @@ class HFTokenizer:
                       "not a special token, so text spelling it would be encoded as a document "
                       "boundary; mark it special (tokenizer.add_special_tokens) and save the file "
                       "again")
-    model = self._tok.model
-    unk = getattr(model, "unk_token", None)
-    unk_id = self._tok.token_to_id(unk) if isinstance(unk, str) else getattr(model, "unk_id", None)
-    if unk_id is not None and int(unk_id) == self.eod_id:
+    # The model's unknown token: unk_token (BPE, WordPiece, WordLevel) or unk_id (Unigram), as
+    # the file stores them (the library exposes neither for Unigram).
+    model = json.loads(content.decode("utf-8")).get("model") or {}
+    unk_id = model.get("unk_id")
+    if unk_id is None and isinstance(model.get("unk_token"), str):
+      unk_id = self._tok.token_to_id(model["unk_token"])
+    if isinstance(unk_id, int) and unk_id == self.eod_id:
       raise DataError(f"{self.spec}: the unknown token is the end-of-document token {candidate!r} "
                       f"(id {self.eod_id}), so every character the vocabulary lacks would end a "
                       "document; give the model another unk_token")
