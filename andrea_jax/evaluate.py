@@ -35,7 +35,8 @@ def eval_chunks(batch: dict[str, np.ndarray], chunk_rows: int) -> list[dict[str,
     raise ValueError(f"chunk_rows must be an integer >= 1, got {chunk_rows!r}")
   rows = len(batch["inputs"])
   pad = -rows % chunk_rows
-  padded = {k: np.concatenate([v, np.zeros((pad,) + v.shape[1:], v.dtype)]) for k, v in batch.items()}
+  padded = {k: np.concatenate([v, np.zeros((pad,) + v.shape[1:], v.dtype)])
+            for k, v in batch.items()}
   return [{k: v[i:i + chunk_rows] for k, v in padded.items()}
           for i in range(0, rows + pad, chunk_rows)]
 

@@ -233,10 +233,3 @@ def put_rows(batch: dict[str, np.ndarray], sharding: NamedSharding) -> dict[str,
   return {k: jax.make_array_from_callback(v.shape, sharding, lambda idx, v=v: v[idx])
           for k, v in batch.items()}
 
-
-def replicate(tree: PyTree, mesh: Mesh) -> PyTree:
-  """Host values (the same on every process) as arrays replicated on every device of ``mesh``."""
-  def put(x):
-    x = np.asarray(x)
-    return jax.make_array_from_callback(x.shape, NamedSharding(mesh, P()), lambda idx: x[idx])
-  return jax.tree.map(put, tree)

@@ -303,8 +303,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
       # advice taken): the new values start a fresh count; the weights are the last good ones
       # (skipped steps never reach them). The same command again resumes the streak as saved, so
       # it halts where the uninterrupted run does.
-      print(f"the checkpoint at step {start} was saved during a streak of non-finite steps; the "
-            "changed configuration starts a fresh count", file=sys.stderr)
+      print(f"the checkpoint at step {start} was saved during a streak of non-finite steps; "
+            "resumed under other values, the run starts a fresh count", file=sys.stderr)
       state = state.replace(
           nonfinite_streak=jax.device_put(jnp.int32(0), state.nonfinite_streak.sharding),
           halted_at=jax.device_put(jnp.int32(-1), state.halted_at.sharding))
@@ -458,7 +458,8 @@ def _raise_if_halted(run, halted_at) -> None:
   first = int(jax.device_get(halted_at))
   if first >= 0:
     raise TrainingHalted(
-        f"{run.step_config.max_nonfinite_steps} consecutive steps with a non-finite loss, gradient or update "
+        f"{run.step_config.max_nonfinite_steps} consecutive steps with a non-finite loss, gradient "
+        f"or update "
         f"(steps {first}..{first + run.step_config.max_nonfinite_steps - 1}); they were skipped and "
         "the weights are unchanged. Lower optim.peak_lr, raise optim.warmup_steps or check the data.")
 

@@ -418,7 +418,8 @@ def validate(config: ml_collections.ConfigDict, sources: Sequence[str] = SOURCES
 
 
 def _params_section(c: ml_collections.ConfigDict, name: str, cls):
-  """``cls(**c[name])``; its errors name the field as the config spells it (``curriculum.bandit.x``)."""
+  """``cls(**c[name])``; its errors name the field as the config spells it
+  (``curriculum.bandit.x``)."""
   values = dict(c[name]) if name in c else {}
   fields = {f.name for f in dataclasses.fields(cls)}
   if set(values) - fields:
