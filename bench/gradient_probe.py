@@ -38,6 +38,25 @@ step 100, scaled to the window by 380 / 80), DoGE's value, and each fit's r on t
 Should it pass, the next step, also fixed now: an arm at 0.13M, seeds 0-2, that measures under
 uniform batches over steps 20-99, holds ``elasticity_mixture(b_hat_early, power=1.5)`` over steps
 100-399 and uniform after, against uniform.
+
+Found (``bench/RESULTS.md``, "Can the gradients replace the probes?"): it fails, r 0.47 (0.62 on
+the raw ``b``; DoGE's value 0.34). The first-order sums are 25 to 900 times the probes' ``b`` and
+rank `extra-01` (arithmetic) first: at Adam's step sizes the loss is far from linear along the
+update, and a source whose iterates bounce across a narrow valley keeps a large, consistent
+gradient that the linear sum counts as progress at every step.
+
+**The second screen, ``--method displacement``** (its rule fixed after the first screen's numbers
+and before its own: this file's second commit). What a source's rows *did* over a window, not what
+a linear model says each step did: over each window of ``--window`` steps ``[t_0, t_1)`` every
+step's update is split by source, ``D_s = -sum_t lr_t c_t w_s(t) P_t g_s(t)`` (``g_s`` now the mean
+gradient of all of the source's rows in the step's batch; consecutive bounces cancel in the sum),
+and the source's own gain is measured exactly, not to first order: ``L_s(theta_{t_0}) -
+L_s(theta_{t_0} + D_s)`` on the source's rows of the batch of step ``t_1`` (rows no step of the
+window trained on). ``b_hat_s`` is the sum of the gains over the windows in steps 20-399 (with
+``--window 20``: 19 windows); how well the split adds up is printed for the record (the loss at
+``theta_{t_0} + sum_s D_s`` against the loss at ``theta_{t_1}``). The rule is the first's: Pearson
+r >= 0.9 of its power-1.5 mixture with ``PROXY_HALF_ELASTICITY``'s, at seed 100; the next step if it
+passes, the first's (the fit over steps 20-99 held over steps 100-399, then uniform, seeds 0-2).
 """
 
 from __future__ import annotations
@@ -132,6 +151,137 @@ def cross_products(grads_B, precond, wa_SxB: np.ndarray, wb_SxB: np.ndarray) -> 
   return np.asarray(total, np.float64)
 
 
+def source_weights(source_ids: np.ndarray, tokens: np.ndarray, num_sources: int) -> np.ndarray:
+  """Row weights ``[S, B]`` that average each source's rows by tokens (rows of no token count
+  nothing; a source with no row has all zeros)."""
+  w = np.zeros((num_sources, len(source_ids)))
+  w[source_ids, np.arange(len(source_ids))] = tokens
+  total = w.sum(axis=1, keepdims=True)
+  return np.divide(w, total, out=np.zeros_like(w), where=total > 0)
+
+
+def split_update(grads_B, precond, weights_SxB: np.ndarray, scale_S: np.ndarray):
+  """Per source, ``-scale_s P g_s`` with ``g_s = sum_b weights[s, b] grads[b]``: a pytree whose
+  leaves have a leading axis ``S``."""
+  import jax
+  import jax.numpy as jnp
+  w = jnp.asarray(weights_SxB * scale_S[:, None], jnp.float32)
+  return jax.tree.map(lambda g, p: -jnp.tensordot(w, g, axes=1) * p[None], grads_B, precond)
+
+
+def make_source_losses(model, num_sources: int, document_mask: bool):
+  """``f(params, batch) -> [S]``: each source's mean token loss on the batch (NaN where it has no
+  token)."""
+  import jax
+  import jax.numpy as jnp
+
+  from andrea_jax import step as step_lib
+
+  def f(params, batch):
+    loss_S, tokens_S = step_lib.eval_losses(model, params, batch, num_sources, document_mask)
+    return jnp.where(tokens_S > 0, loss_S / jnp.maximum(tokens_S, 1.0), jnp.nan)
+  return jax.jit(f)
+
+
+def displacement_main(args) -> int:
+  """The second screen (see the module's docstring)."""
+  import jax
+  import optax
+
+  from andrea_jax import curriculum, data, runconfig, step, train
+  from andrea_jax.curriculum import proxy
+
+  spec = importlib.util.spec_from_file_location("compare_mixers_bench",
+                                                os.path.join(REPO, "bench", "compare_mixers.py"))
+  cm = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(cm)
+  exp = cm.load_experiment()
+
+  cfg = exp.arm_config("uniform", seed=args.seed)
+  run = runconfig.build(cfg)
+  sources = list(run.sources)
+  num = len(sources)
+  tokenizer = data.load_tokenizer(cfg.data.tokenizer)
+  corpus = data.open_training_data(cfg.data, tokenizer, required=run.used_sources)
+  sampler = data.MixtureSampler(corpus, seq_len=cfg.data.seq_len,
+                                global_batch_size=cfg.data.global_batch_size, seed=cfg.seed)
+  state = train.init_state(run, train.run_keys(cfg.seed))
+  train_step = step.jit_step(run.step_config)
+  row_grads = make_row_grads(run.step_config.model, run.step_config.document_mask)
+  source_losses = make_source_losses(run.step_config.model, num, run.step_config.document_mask)
+  schedule = run.step_config.schedule
+  clip = float(cfg.optim.grad_clip)
+
+  gains, windows = np.zeros(num), []
+  theta0 = disp = None
+  t0 = time.time()
+  for t in range(args.stop + 1):
+    w_S = np.asarray(curriculum.weights_at(curriculum.schedule(state.curriculum), t), np.float64)
+    batch = sampler.batch(t, w_S)
+    at_edge = t >= BURN_IN and (t - BURN_IN) % args.window == 0
+    if at_edge and disp is not None:
+      # the window [t - window, t) ends: its gains on this (untrained) batch
+      base = np.asarray(source_losses(theta0, batch), np.float64)
+      moved = np.array([float(source_losses(
+          jax.tree.map(lambda p, d: p + d[s], theta0, disp), batch)[s]) for s in range(num)])
+      together = np.asarray(source_losses(
+          jax.tree.map(lambda p, d: p + d.sum(0), theta0, disp), batch), np.float64)
+      actual = np.asarray(source_losses(state.params, batch), np.float64)
+      gain = np.where(np.isfinite(base - moved), base - moved, 0.0)
+      gains += gain
+      windows.append({"start": t - args.window, "gain": gain.tolist(), "base": base.tolist(),
+                      "split_sum": together.tolist(), "actual": actual.tolist()})
+    if t == args.stop:
+      break
+    if at_edge:
+      theta0 = jax.tree.map(lambda x: x.copy(), state.params)
+      disp = jax.tree.map(lambda x: np.zeros((num,) + x.shape, np.float32), state.params)
+    if disp is not None:
+      precond = adam_preconditioner(state.opt_state, float(cfg.optim.eps), float(cfg.optim.b2))
+      g_B, tokens_B = row_grads(state.params, batch)
+      src = np.asarray(batch["source_ids"])
+      tok = np.asarray(tokens_B, np.float64)
+      share = np.bincount(src, weights=tok, minlength=num) / tok.sum()
+      full = jax.tree.map(lambda g: np.tensordot(tok / tok.sum(), np.asarray(g), axes=1), g_B)
+      norm = float(optax.tree_utils.tree_norm(full))
+      c = min(1.0, clip / norm) if clip > 0 and norm > 0 else 1.0
+      upd = split_update(g_B, precond, source_weights(src, tok, num),
+                         float(schedule(t)) * c * share)
+      disp = jax.tree.map(lambda d, u: d + np.asarray(u), disp, upd)
+    state, metrics = train_step(state, batch)
+  wall = time.time() - t0
+
+  ref = np.asarray(exp.PROXY_HALF_ELASTICITY, np.float64)
+  ref_mix = proxy.elasticity_mixture(ref, power=POWER)
+  r15 = float(np.corrcoef(proxy.elasticity_mixture(gains, power=POWER), ref_mix)[0, 1])
+  rb = float(np.corrcoef(gains, ref)[0, 1])
+  early = np.sum([w["gain"] for w in windows if w["start"] < EARLY_END], axis=0) \
+      * (args.stop - BURN_IN) / (EARLY_END - BURN_IN)
+  r15_early = float(np.corrcoef(proxy.elasticity_mixture(early, power=POWER), ref_mix)[0, 1])
+  split_err = np.mean([np.nanmean(np.abs(np.asarray(w["split_sum"]) - np.asarray(w["actual"])))
+                       for w in windows])
+  fall = np.mean([np.nanmean(np.asarray(w["base"]) - np.asarray(w["actual"])) for w in windows])
+  table = [["source", "half-length probes' b", "own gain, steps 20-399",
+            "own gain, steps 20-99 (x 380/80)"]]
+  for k, s in enumerate(sources):
+    table.append([s, f"{ref[k]:+.3f}", f"{gains[k]:+.3f}", f"{early[k]:+.3f}"])
+  print(cm.markdown_table(table))
+  passed = r15 >= THRESHOLD
+  print(f"\nr(mixture^{POWER}) {r15:+.2f}, r(b) {rb:+.2f}; steps 20-99 only: r(mixture^{POWER}) "
+        f"{r15_early:+.2f}. Split check: a window's loss fall {fall:.3f} nats on average, the "
+        f"summed split's loss off the real one by {split_err:.3f}")
+  print(f"seed {args.seed}, steps 0-{args.stop - 1} in {wall:.0f} s, {len(windows)} windows of "
+        f"{args.window}: r {r15:+.2f} {'>=' if passed else '<'} {THRESHOLD}: "
+        f"{'passes the screen' if passed else 'fails the screen'}")
+  os.makedirs(args.out, exist_ok=True)
+  with open(os.path.join(args.out, f"displacement_seed{args.seed}.json"), "w") as f:
+    json.dump({"seed": args.seed, "window": args.window, "wall_s": wall, "passed": passed,
+               "r_mixture_p15": r15, "r_b": rb, "r_mixture_p15_early": r15_early,
+               "b": gains.tolist(), "b_early": early.tolist(), "reference": ref.tolist(),
+               "windows": windows}, f)
+  return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                               formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -139,7 +289,11 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument("--seed", type=int, default=100, help="the tuning seed (never a reported one)")
   p.add_argument("--every", type=int, default=10, help="steps between two measurements")
   p.add_argument("--stop", type=int, default=400, help="the last step (exclusive) measured")
+  p.add_argument("--method", choices=("first_order", "displacement"), default="first_order")
+  p.add_argument("--window", type=int, default=20, help="displacement: steps per window")
   args = p.parse_args(argv)
+  if args.method == "displacement":
+    return displacement_main(args)
 
   import jax
   import optax
