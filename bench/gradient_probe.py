@@ -48,9 +48,14 @@ gradient that the linear sum counts as progress at every step.
 **The second screen, ``--method displacement``** (its rule fixed after the first screen's numbers
 and before its own: this file's second commit). What a source's rows *did* over a window, not what
 a linear model says each step did: over each window of ``--window`` steps ``[t_0, t_1)`` every
-step's update is split by source, ``D_s = -sum_t lr_t c_t w_s(t) P_t g_s(t)`` (``g_s`` now the mean
-gradient of all of the source's rows in the step's batch; consecutive bounces cancel in the sum),
-and the source's own gain is measured exactly, not to first order: ``L_s(theta_{t_0}) -
+step's update is split by source (``g_s`` now the mean gradient of all of the source's rows in the
+step's batch; consecutive bounces cancel in the sum) *through Adam's momentum*: each source's share
+of the first moment, ``m_s <- b1 m_s + (1 - b1) c_t w_s g_s``, tracked from step 0, sums to the
+optimizer's own ``m``, so ``D_s = -sum_t lr_t m_hat_s(t) / (sqrt(v_hat_t) + eps)`` over the window
+adds up to its real update, weight decay aside (the first version split the raw gradients,
+``-lr_t c_t w_s P_t g_s``; in a 60-step trial that split did not add up, 0.9 nats off the real
+loss, and it was corrected before the full run). The source's own gain is then measured exactly,
+not to first order: ``L_s(theta_{t_0}) -
 L_s(theta_{t_0} + D_s)`` on the source's rows of the batch of step ``t_1`` (rows no step of the
 window trained on). ``b_hat_s`` is the sum of the gains over the windows in steps 20-399 (with
 ``--window 20``: 19 windows); how well the split adds up is printed for the record (the loss at
@@ -81,9 +86,10 @@ POWER = 1.5
 THRESHOLD = 0.9
 
 
-def adam_preconditioner(opt_state, eps: float, b2: float):
+def adam_preconditioner(opt_state, eps: float, b2: float, grads=None):
   """``1 / (sqrt(v_hat) + eps)`` per parameter, from the AdamW state inside ``opt_state``
-  (bias-corrected with its count); ``None`` before the first update."""
+  (bias-corrected with its count); ``None`` before the first update. With ``grads`` (the step's
+  clipped gradient), the ``v`` that step's update divides by: ``b2 v + (1 - b2) g^2``."""
   import optax
   found = [s for s in __import__("jax").tree.leaves(
       opt_state, is_leaf=lambda x: isinstance(x, optax.ScaleByAdamState))
@@ -92,12 +98,16 @@ def adam_preconditioner(opt_state, eps: float, b2: float):
     raise ValueError("no optax.ScaleByAdamState in the optimizer state")
   state = found[0]
   count = int(state.count)
-  if count == 0:
-    return None
   import jax
   import jax.numpy as jnp
+  nu = state.nu
+  if grads is not None:
+    nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * jnp.square(g), nu, grads)
+    count += 1
+  if count == 0:
+    return None
   corr = 1.0 - b2 ** count
-  return jax.tree.map(lambda v: 1.0 / (jnp.sqrt(v / corr) + eps), state.nu)
+  return jax.tree.map(lambda v: 1.0 / (jnp.sqrt(v / corr) + eps), nu)
 
 
 def make_row_grads(model, document_mask: bool):
@@ -160,13 +170,12 @@ def source_weights(source_ids: np.ndarray, tokens: np.ndarray, num_sources: int)
   return np.divide(w, total, out=np.zeros_like(w), where=total > 0)
 
 
-def split_update(grads_B, precond, weights_SxB: np.ndarray, scale_S: np.ndarray):
-  """Per source, ``-scale_s P g_s`` with ``g_s = sum_b weights[s, b] grads[b]``: a pytree whose
-  leaves have a leading axis ``S``."""
+def source_grads(grads_B, weights_SxB: np.ndarray, scale_S: np.ndarray):
+  """Per source, ``scale_s g_s`` with ``g_s = sum_b weights[s, b] grads[b]``: a pytree whose
+  leaves have a leading axis ``S`` (numpy)."""
   import jax
-  import jax.numpy as jnp
-  w = jnp.asarray(weights_SxB * scale_S[:, None], jnp.float32)
-  return jax.tree.map(lambda g, p: -jnp.tensordot(w, g, axes=1) * p[None], grads_B, precond)
+  w = np.asarray(weights_SxB * scale_S[:, None], np.float32)
+  return jax.tree.map(lambda g: np.tensordot(w, np.asarray(g), axes=1), grads_B)
 
 
 def make_source_losses(model, num_sources: int, document_mask: bool):
@@ -212,8 +221,11 @@ def displacement_main(args) -> int:
   schedule = run.step_config.schedule
   clip = float(cfg.optim.grad_clip)
 
+  b1, b2, eps = float(cfg.optim.b1), float(cfg.optim.b2), float(cfg.optim.eps)
   gains, windows = np.zeros(num), []
   theta0 = disp = None
+  mom = jax.tree.map(lambda x: np.zeros((num,) + x.shape, np.float32), state.params)
+  nu = jax.tree.map(lambda x: np.zeros(x.shape, np.float32), state.params)
   t0 = time.time()
   for t in range(args.stop + 1):
     w_S = np.asarray(curriculum.weights_at(curriculum.schedule(state.curriculum), t), np.float64)
@@ -236,18 +248,22 @@ def displacement_main(args) -> int:
     if at_edge:
       theta0 = jax.tree.map(lambda x: x.copy(), state.params)
       disp = jax.tree.map(lambda x: np.zeros((num,) + x.shape, np.float32), state.params)
+    # Adam's moments, the first split by source, from step 0 (so that the split sums to m)
+    g_B, tokens_B = row_grads(state.params, batch)
+    src = np.asarray(batch["source_ids"])
+    tok = np.asarray(tokens_B, np.float64)
+    share = np.bincount(src, weights=tok, minlength=num) / tok.sum()
+    g_S = source_grads(g_B, source_weights(src, tok, num), share)   # sums to the step's gradient
+    norm = float(optax.tree_utils.tree_norm(jax.tree.map(lambda g: g.sum(0), g_S)))
+    c = min(1.0, clip / norm) if clip > 0 and norm > 0 else 1.0
+    mom = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * c * g, mom, g_S)
+    nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * np.square(c * g.sum(0)), nu, g_S)
     if disp is not None:
-      precond = adam_preconditioner(state.opt_state, float(cfg.optim.eps), float(cfg.optim.b2))
-      g_B, tokens_B = row_grads(state.params, batch)
-      src = np.asarray(batch["source_ids"])
-      tok = np.asarray(tokens_B, np.float64)
-      share = np.bincount(src, weights=tok, minlength=num) / tok.sum()
-      full = jax.tree.map(lambda g: np.tensordot(tok / tok.sum(), np.asarray(g), axes=1), g_B)
-      norm = float(optax.tree_utils.tree_norm(full))
-      c = min(1.0, clip / norm) if clip > 0 and norm > 0 else 1.0
-      upd = split_update(g_B, precond, source_weights(src, tok, num),
-                         float(schedule(t)) * c * share)
-      disp = jax.tree.map(lambda d, u: d + np.asarray(u), disp, upd)
+      k = t + 1
+      lr = float(schedule(t))
+      disp = jax.tree.map(
+          lambda d, m, v: d - lr * (m / (1 - b1 ** k)) / (np.sqrt(v / (1 - b2 ** k)) + eps)[None],
+          disp, mom, nu)
     state, metrics = train_step(state, batch)
   wall = time.time() - t0
 
