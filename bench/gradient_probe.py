@@ -62,6 +62,17 @@ window trained on). ``b_hat_s`` is the sum of the gains over the windows in step
 ``theta_{t_0} + sum_s D_s`` against the loss at ``theta_{t_1}``). The rule is the first's: Pearson
 r >= 0.9 of its power-1.5 mixture with ``PROXY_HALF_ELASTICITY``'s, at seed 100; the next step if it
 passes, the first's (the fit over steps 20-99 held over steps 100-399, then uniform, seeds 0-2).
+
+Found: it fails. Every source's own displacement *raises* its loss when taken alone (gains -1.7 to
+-24 nats summed over the windows; the split adds up, 0.001 nats off the real loss): over a window
+a source's update is largely a repair of what the other sources' updates do to it, and taken
+without them the repair overshoots.
+
+**The third screen, ``--gain loo``** (fixed after the second's numbers and before its own run: this
+file's fourth commit). The same split, read the other way round, which keeps each repair with what
+it repairs: leave one source out at the end of the window, ``gain_s = L_s(theta_{t_1} - D_s) -
+L_s(theta_{t_1})`` on the same unseen rows: how much worse the source would be had its rows'
+share of the window's update not been taken. Same rule, same reference, same next step.
 """
 
 from __future__ import annotations
@@ -234,12 +245,19 @@ def displacement_main(args) -> int:
     if at_edge and disp is not None:
       # the window [t - window, t) ends: its gains on this (untrained) batch
       base = np.asarray(source_losses(theta0, batch), np.float64)
-      moved = np.array([float(source_losses(
-          jax.tree.map(lambda p, d: p + d[s], theta0, disp), batch)[s]) for s in range(num)])
       together = np.asarray(source_losses(
           jax.tree.map(lambda p, d: p + d.sum(0), theta0, disp), batch), np.float64)
       actual = np.asarray(source_losses(state.params, batch), np.float64)
-      gain = np.where(np.isfinite(base - moved), base - moved, 0.0)
+      if args.gain == "alone":
+        moved = np.array([float(source_losses(
+            jax.tree.map(lambda p, d: p + d[s], theta0, disp), batch)[s]) for s in range(num)])
+        gain = base - moved
+      else:
+        left_out = np.array([float(source_losses(
+            jax.tree.map(lambda p, d: p - d[s], state.params, disp), batch)[s])
+                             for s in range(num)])
+        gain = left_out - actual
+      gain = np.where(np.isfinite(gain), gain, 0.0)
       gains += gain
       windows.append({"start": t - args.window, "gain": gain.tolist(), "base": base.tolist(),
                       "split_sum": together.tolist(), "actual": actual.tolist()})
@@ -290,7 +308,7 @@ def displacement_main(args) -> int:
         f"{args.window}: r {r15:+.2f} {'>=' if passed else '<'} {THRESHOLD}: "
         f"{'passes the screen' if passed else 'fails the screen'}")
   os.makedirs(args.out, exist_ok=True)
-  with open(os.path.join(args.out, f"displacement_seed{args.seed}.json"), "w") as f:
+  with open(os.path.join(args.out, f"displacement_{args.gain}_seed{args.seed}.json"), "w") as f:
     json.dump({"seed": args.seed, "window": args.window, "wall_s": wall, "passed": passed,
                "r_mixture_p15": r15, "r_b": rb, "r_mixture_p15_early": r15_early,
                "b": gains.tolist(), "b_early": early.tolist(), "reference": ref.tolist(),
@@ -307,6 +325,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument("--stop", type=int, default=400, help="the last step (exclusive) measured")
   p.add_argument("--method", choices=("first_order", "displacement"), default="first_order")
   p.add_argument("--window", type=int, default=20, help="displacement: steps per window")
+  p.add_argument("--gain", choices=("alone", "loo"), default="alone",
+                 help="displacement: the source's share of the update taken alone from the "
+                 "window's start, or left out at its end")
   args = p.parse_args(argv)
   if args.method == "displacement":
     return displacement_main(args)
