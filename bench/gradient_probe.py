@@ -97,28 +97,23 @@ POWER = 1.5
 THRESHOLD = 0.9
 
 
-def adam_preconditioner(opt_state, eps: float, b2: float, grads=None):
+def adam_preconditioner(opt_state, eps: float, b2: float):
   """``1 / (sqrt(v_hat) + eps)`` per parameter, from the AdamW state inside ``opt_state``
-  (bias-corrected with its count); ``None`` before the first update. With ``grads`` (the step's
-  clipped gradient), the ``v`` that step's update divides by: ``b2 v + (1 - b2) g^2``."""
+  (bias-corrected with its count: the state before the step measured, so the step's own gradient
+  is not in it); ``None`` before the first update."""
+  import jax
+  import jax.numpy as jnp
   import optax
-  found = [s for s in __import__("jax").tree.leaves(
+  found = [s for s in jax.tree.leaves(
       opt_state, is_leaf=lambda x: isinstance(x, optax.ScaleByAdamState))
            if isinstance(s, optax.ScaleByAdamState)]
   if not found:
     raise ValueError("no optax.ScaleByAdamState in the optimizer state")
-  state = found[0]
-  count = int(state.count)
-  import jax
-  import jax.numpy as jnp
-  nu = state.nu
-  if grads is not None:
-    nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * jnp.square(g), nu, grads)
-    count += 1
+  count = int(found[0].count)
   if count == 0:
     return None
   corr = 1.0 - b2 ** count
-  return jax.tree.map(lambda v: 1.0 / (jnp.sqrt(v / corr) + eps), nu)
+  return jax.tree.map(lambda v: 1.0 / (jnp.sqrt(v / corr) + eps), found[0].nu)
 
 
 def make_row_grads(model, document_mask: bool):
@@ -187,6 +182,25 @@ def source_grads(grads_B, weights_SxB: np.ndarray, scale_S: np.ndarray):
   import jax
   w = np.asarray(weights_SxB * scale_S[:, None], np.float32)
   return jax.tree.map(lambda g: np.tensordot(w, np.asarray(g), axes=1), grads_B)
+
+
+def split_adam_step(mom_S, nu, g_S, clip_factor: float, lr: float, count: int, b1: float,
+                    b2: float, eps: float):
+  """One AdamW step split by source (weight decay aside). ``g_S`` holds each source's part of the
+  step's gradient (leading axis ``S``, summing to the gradient), ``mom_S`` each source's part of
+  the first moment, ``nu`` the (unsplit) second moment, ``count`` the step's 1-based count.
+
+  Returns ``(mom_S, nu, update_S)``: ``m_s <- b1 m_s + (1 - b1) c g_s``, ``v <- b2 v + (1 - b2)
+  (c sum_s g_s)^2`` and ``update_s = -lr (m_s / (1 - b1^k)) / (sqrt(v / (1 - b2^k)) + eps)``,
+  whose sum over the sources is AdamW's update of the clipped gradient ``c sum_s g_s``.
+  """
+  import jax
+  mom_S = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * clip_factor * g, mom_S, g_S)
+  nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * np.square(clip_factor * g.sum(0)), nu, g_S)
+  upd = jax.tree.map(
+      lambda m, v: -lr * (m / (1 - b1 ** count)) / (np.sqrt(v / (1 - b2 ** count)) + eps)[None],
+      mom_S, nu)
+  return mom_S, nu, upd
 
 
 def make_source_losses(model, num_sources: int, document_mask: bool):
@@ -274,14 +288,9 @@ def displacement_main(args) -> int:
     g_S = source_grads(g_B, source_weights(src, tok, num), share)   # sums to the step's gradient
     norm = float(optax.tree_utils.tree_norm(jax.tree.map(lambda g: g.sum(0), g_S)))
     c = min(1.0, clip / norm) if clip > 0 and norm > 0 else 1.0
-    mom = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * c * g, mom, g_S)
-    nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * np.square(c * g.sum(0)), nu, g_S)
+    mom, nu, upd = split_adam_step(mom, nu, g_S, c, float(schedule(t)), t + 1, b1, b2, eps)
     if disp is not None:
-      k = t + 1
-      lr = float(schedule(t))
-      disp = jax.tree.map(
-          lambda d, m, v: d - lr * (m / (1 - b1 ** k)) / (np.sqrt(v / (1 - b2 ** k)) + eps)[None],
-          disp, mom, nu)
+      disp = jax.tree.map(np.add, disp, upd)
     state, metrics = train_step(state, batch)
   wall = time.time() - t0
 
