@@ -1,0 +1,166 @@
+"""bench/gradient_probe.py's pieces, against numbers worked by hand and optax's own AdamW. (The
+screens on the built-in corpus are the benchmark's job.)"""
+
+import importlib.util
+import os
+
+import jax
+import jax.flatten_util
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+_spec = importlib.util.spec_from_file_location(
+    "gradient_probe_bench",
+    os.path.join(os.path.dirname(__file__), "..", "bench", "gradient_probe.py"))
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+
+def test_halves_alternate_each_sources_rows():
+  a, b = bench.halves(np.array([0, 1, 0, 0, 1, 2]), 4)
+  # source 0: rows 0, 2, 3 -> A = {0, 3}, B = {2}; source 1: A = {1}, B = {4};
+  # source 2 has one row and source 3 none: no halves.
+  np.testing.assert_allclose(a[0], [0.5, 0, 0, 0.5, 0, 0])
+  np.testing.assert_allclose(b[0], [0, 0, 1, 0, 0, 0])
+  np.testing.assert_allclose(a[1], [0, 1, 0, 0, 0, 0])
+  np.testing.assert_allclose(b[1], [0, 0, 0, 0, 1, 0])
+  assert not a[2:].any() and not b[2:].any()
+
+
+def test_source_weights_average_by_tokens():
+  w = bench.source_weights(np.array([1, 0, 1]), np.array([10.0, 4.0, 30.0]), 3)
+  np.testing.assert_allclose(w, [[0, 1, 0], [0.25, 0, 0.75], [0, 0, 0]])
+
+
+def test_cross_products_by_hand():
+  # two leaves, rows 0..2; M[j, s] = sum over parameters of gA_j * p * gB_s
+  grads = {"w": np.array([[1.0, 2.0], [3.0, -1.0], [0.0, 1.0]]), "b": np.array([[2.0], [1.0],
+                                                                               [-1.0]])}
+  precond = {"w": np.array([1.0, 0.5]), "b": np.array([2.0])}
+  wa = np.array([[1.0, 0, 0], [0, 0, 1.0]])     # A: source 0 = row 0, source 1 = row 2
+  wb = np.array([[0, 1.0, 0], [0.5, 0.5, 0]])   # B: source 0 = row 1, source 1 = rows 0, 1
+  m = bench.cross_products(grads, precond, wa, wb)
+  # gA_0 = (1, 2 | 2), gA_1 = (0, 1 | -1); gB_0 = (3, -1 | 1), gB_1 = (2, 0.5 | 1.5)
+  expect = [[1 * 3 + 2 * 0.5 * -1 + 2 * 2 * 1, 1 * 2 + 2 * 0.5 * 0.5 + 2 * 2 * 1.5],
+            [0 + 1 * 0.5 * -1 + -1 * 2 * 1, 0 + 1 * 0.5 * 0.5 + -1 * 2 * 1.5]]
+  np.testing.assert_allclose(m, expect, rtol=1e-6)
+
+
+def _adam_states(grads_seq, b1=0.9, b2=0.95, eps=1e-8, lr=1e-2):
+  tx = optax.adam(lr, b1=b1, b2=b2, eps=eps)
+  params = {"w": jnp.zeros(3)}
+  state = tx.init(params)
+  out = []
+  for g in grads_seq:
+    out.append(state)
+    upd, state = tx.update({"w": jnp.asarray(g)}, state, params)
+    out[-1] = (out[-1], np.asarray(upd["w"]))
+  return tx, state, out
+
+
+def test_adam_preconditioner_is_what_optax_divides_by():
+  g = [np.array([1.0, -2.0, 0.5]), np.array([0.5, 1.0, -1.0]), np.array([2.0, 0.0, 1.0])]
+  _, state, _ = _adam_states(g)
+  p = bench.adam_preconditioner(state, eps=1e-8, b2=0.95)["w"]
+  v = np.zeros(3)
+  for gi in g:
+    v = 0.95 * v + 0.05 * gi ** 2
+  np.testing.assert_allclose(p, 1 / (np.sqrt(v / (1 - 0.95 ** 3)) + 1e-8), rtol=1e-5)
+  assert bench.adam_preconditioner(optax.adam(1e-2).init({"w": jnp.zeros(3)}), 1e-8, 0.95) is None
+
+
+def test_split_adam_step_sums_to_optax_update():
+  rng = np.random.default_rng(0)
+  parts = [rng.normal(size=(4, 3)).astype(np.float32) for _ in range(5)]   # [S=4, params=3]
+  _, _, seen = _adam_states([p.sum(0) for p in parts])
+  mom, nu = {"w": np.zeros((4, 3), np.float32)}, {"w": np.zeros(3, np.float32)}
+  for k, (part, (_, optax_update)) in enumerate(zip(parts, seen), start=1):
+    mom, nu, upd = bench.split_adam_step(mom, nu, {"w": part}, 1.0, 1e-2, k, 0.9, 0.95, 1e-8)
+    np.testing.assert_allclose(upd["w"].sum(0), optax_update, rtol=2e-5, atol=1e-8)
+  # a clip factor scales every source's part of the gradient alike
+  _, _, up_half = bench.split_adam_step({"w": np.zeros((4, 3))}, {"w": np.zeros(3)},
+                                        {"w": parts[0]}, 0.5, 1e-2, 1, 0.9, 0.95, 1e-8)
+  _, _, up_half_g = bench.split_adam_step({"w": np.zeros((4, 3))}, {"w": np.zeros(3)},
+                                          {"w": 0.5 * parts[0]}, 1.0, 1e-2, 1, 0.9, 0.95, 1e-8)
+  np.testing.assert_allclose(up_half["w"], up_half_g["w"], rtol=1e-6)
+
+
+def test_row_grads_average_to_the_batch_gradient():
+  # the real model at a toy size; the batch gradient is token_losses' total over all tokens
+  from andrea_jax import step as step_lib
+  from andrea_jax.model import ModelConfig, Transformer, init_params
+  cfg = ModelConfig(vocab_size=11, d_model=8, num_heads=2, num_layers=1, d_mlp=16, max_len=6)
+  model = Transformer(cfg)
+  rng = np.random.default_rng(1)
+  batch = {"inputs": rng.integers(0, 11, (3, 6)).astype(np.int32),
+           "targets": rng.integers(0, 11, (3, 6)).astype(np.int32),
+           "segment_ids": np.array([[1] * 6, [1] * 4 + [0] * 2, [1] * 3 + [2] * 3], np.int32),
+           "positions": np.array([list(range(6)), list(range(6)), [0, 1, 2, 0, 1, 2]], np.int32),
+           "source_ids": np.array([0, 1, 0], np.int32)}
+  params = init_params(cfg, jax.random.key(0))
+  g_B, tok = bench.make_row_grads(model, True)(params, batch)
+  np.testing.assert_allclose(tok, [6, 4, 6])
+  tok = np.asarray(tok, np.float64)
+  mean = jax.tree.map(lambda g: np.tensordot(tok / tok.sum(), np.asarray(g), axes=1), g_B)
+
+  def total(p):
+    loss, mask = step_lib.token_losses(model, p, batch, True)
+    return loss.sum() / mask.sum()
+  ref = jax.grad(total)(params)
+  for a, b in zip(jax.tree.leaves(mean), jax.tree.leaves(ref)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def _toy():
+  from andrea_jax.model import ModelConfig, Transformer, init_params
+  cfg = ModelConfig(vocab_size=7, d_model=4, num_heads=1, num_layers=1, d_mlp=4, max_len=4,
+                    vocab_multiple=1)
+  model = Transformer(cfg)
+  rng = np.random.default_rng(2)
+  batch = {"inputs": jnp.asarray(rng.integers(0, 7, (2, 4)), jnp.int32),
+           "targets": jnp.asarray(rng.integers(0, 7, (2, 4)), jnp.int32),
+           "segment_ids": jnp.asarray([[1, 1, 1, 1], [1, 1, 1, 0]], jnp.int32),
+           "positions": jnp.asarray([[0, 1, 2, 3], [0, 1, 2, 3]], jnp.int32)}
+  return model, init_params(cfg, jax.random.key(3)), batch
+
+
+def _dense_gauss_newton(model, params, batch):
+  # J^T (diag p - p p^T) J / N, with the Jacobian of the logits worked out whole by jacfwd
+  flat, unravel = jax.flatten_util.ravel_pytree(params)
+  f = lambda x: model.apply({"params": unravel(x)}, batch["inputs"],
+                            segment_ids=batch["segment_ids"], positions=batch["positions"])
+  logits = np.asarray(f(flat), np.float64)
+  jac = np.asarray(jax.jacfwd(f)(flat), np.float64)           # [B, T, V, n]
+  mask = np.asarray(batch["segment_ids"]) > 0
+  n = flat.size
+  g = np.zeros((n, n))
+  for b, t in zip(*np.nonzero(mask)):
+    p = np.exp(logits[b, t] - logits[b, t].max())
+    p /= p.sum()
+    g += jac[b, t].T @ (np.diag(p) - np.outer(p, p)) @ jac[b, t]
+  return g / mask.sum(), flat, unravel
+
+
+def test_gauss_newton_product_against_the_dense_matrix():
+  model, params, batch = _toy()
+  dense, flat, unravel = _dense_gauss_newton(model, params, batch)
+  v = np.random.default_rng(4).normal(size=flat.size).astype(np.float32)
+  got = jax.flatten_util.ravel_pytree(
+      bench.make_gauss_newton(model, True)(params, batch, unravel(jnp.asarray(v))))[0]
+  np.testing.assert_allclose(got, dense @ v, rtol=1e-3, atol=1e-6)
+
+
+def test_influence_solve_against_a_dense_solve():
+  model, params, batch = _toy()
+  dense, flat, unravel = _dense_gauss_newton(model, params, batch)
+  rng = np.random.default_rng(5)
+  d = rng.uniform(0.5, 2.0, flat.size)
+  rhs = rng.normal(size=flat.size)
+  lam = 0.3
+  expect = np.linalg.solve(dense + lam * np.diag(d), rhs)
+  got = bench.influence_solve(bench.make_gauss_newton(model, True), params, batch,
+                              unravel(jnp.asarray(d, jnp.float32)), lam,
+                              unravel(jnp.asarray(rhs, jnp.float32)), iters=500, tol=1e-6)
+  np.testing.assert_allclose(jax.flatten_util.ravel_pytree(got)[0], expect, rtol=2e-3,
+                             atol=2e-4 * np.abs(expect).max())
