@@ -318,6 +318,71 @@ def influence(model, document_mask: bool, params, opt_state, batch: dict, num_so
   return est, first
 
 
+def lanczos(matvec, start: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+  """``k`` steps of Lanczos on the symmetric ``matvec`` (flat float64 vectors) from ``start``,
+  with full reorthogonalisation: ``Q [n, k']`` orthonormal and ``T [k', k']`` tridiagonal,
+  ``T = Q^T A Q`` (``k' <= k``: fewer when the Krylov space closes)."""
+  q = start / np.linalg.norm(start)
+  qs, alphas, betas = [q], [], []
+  for j in range(k):
+    w = matvec(qs[-1])
+    alphas.append(float(qs[-1] @ w))
+    basis = np.stack(qs, axis=1)
+    w = w - basis @ (basis.T @ w)
+    w = w - basis @ (basis.T @ w)             # twice: float32 products lose orthogonality fast
+    beta = float(np.linalg.norm(w))
+    if j == k - 1 or beta < 1e-10 * max(1.0, abs(alphas[-1])):
+      break
+    betas.append(beta)
+    qs.append(w / beta)
+  t = np.diag(alphas) + np.diag(betas[:len(alphas) - 1], 1) + np.diag(betas[:len(alphas) - 1], -1)
+  return np.stack(qs[:len(alphas)], axis=1), t
+
+
+def lowrank_forms(q: np.ndarray, t: np.ndarray, lam: float, a_SxN: np.ndarray,
+                  b_SxN: np.ndarray) -> np.ndarray:
+  """``a_s^T (A + lam I)^{-1} b_s`` per row ``s``, with ``A`` known on the span of ``q`` (``Q^T A Q
+  = T``) and taken as 0 off it: ``(Q^T a)^T (T + lam I)^{-1} (Q^T b) + (a^T b - (Q^T a)^T (Q^T
+  b)) / lam``."""
+  qa, qb = a_SxN @ q, b_SxN @ q                             # [S, k]
+  inner = np.einsum("sk,sk->s", qa, np.linalg.solve(t + lam * np.eye(len(t)), qb.T).T)
+  return inner + (np.einsum("sn,sn->s", a_SxN, b_SxN) - np.einsum("sk,sk->s", qa, qb)) / lam
+
+
+def influence_lowrank(model, document_mask: bool, params, opt_state, batch: dict,
+                      num_sources: int, lam: float, eps: float, b2: float, rank: int,
+                      start: str = "gradient", seed: int = 0) -> np.ndarray:
+  """The truncated-horizon influence ``[S]`` with the preconditioned Gauss-Newton matrix
+  ``P^{1/2} G P^{1/2}`` replaced by its ``rank``-step Lanczos projection (``rank`` products in
+  all, for every source at once): exact in the directions the Krylov space holds, the first order
+  (``1 / lam``) off it. ``start``: ``"gradient"`` (the preconditioned sum of the sources' half
+  gradients) or ``"random"``."""
+  import jax
+  import jax.flatten_util
+  import jax.numpy as jnp
+  row_grads = make_row_grads(model, document_mask)
+  gnvp = jax.jit(make_gauss_newton(model, document_mask))
+  g_B, tokens_B = row_grads(params, batch)
+  src = np.asarray(batch["source_ids"])
+  tok = np.asarray(tokens_B, np.float64)
+  share = np.bincount(src, weights=tok, minlength=num_sources) / tok.sum()
+  wa, wb = halves(src, num_sources)
+  flat_B = np.asarray(jax.vmap(lambda g: jax.flatten_util.ravel_pytree(g)[0])(g_B), np.float64)
+  _, unravel = jax.flatten_util.ravel_pytree(params)
+  root_p = np.sqrt(np.asarray(jax.flatten_util.ravel_pytree(
+      adam_preconditioner(opt_state, eps, b2))[0], np.float64))   # P^{1/2}
+  a, b = (wa @ flat_B) * root_p, (wb @ flat_B) * root_p           # [S, n], preconditioned
+  batch_j = {k: jnp.asarray(v) for k, v in batch.items()}
+
+  def matvec(v):   # P^{1/2} G P^{1/2} v
+    out = gnvp(params, batch_j, unravel(jnp.asarray(root_p * v, jnp.float32)))
+    return root_p * np.asarray(jax.flatten_util.ravel_pytree(out)[0], np.float64)
+  r0 = (a + b).sum(0) if start == "gradient" else \
+      np.random.default_rng(seed).normal(size=root_p.size)
+  q, t = lanczos(matvec, r0, rank)
+  return share * lowrank_forms(q, t, lam, a, b)
+
+
 def influence_main(args) -> int:
   """The fourth screen (see the module's docstring)."""
   import jax

@@ -164,3 +164,44 @@ def test_influence_solve_against_a_dense_solve():
                               unravel(jnp.asarray(rhs, jnp.float32)), iters=500, tol=1e-6)
   np.testing.assert_allclose(jax.flatten_util.ravel_pytree(got)[0], expect, rtol=2e-3,
                              atol=2e-4 * np.abs(expect).max())
+
+
+def test_lanczos_spans_what_it_is_given_and_projects_the_matrix():
+  rng = np.random.default_rng(6)
+  m = rng.normal(size=(12, 12))
+  a = m @ m.T
+  q, t = bench.lanczos(lambda v: a @ v, rng.normal(size=12), 12)
+  np.testing.assert_allclose(q.T @ q, np.eye(len(t)), atol=1e-10)
+  np.testing.assert_allclose(t, q.T @ a @ q, atol=1e-8)
+  assert len(t) == 12
+
+
+def test_lowrank_forms_are_exact_with_the_whole_space_and_first_order_with_none():
+  rng = np.random.default_rng(7)
+  m = rng.normal(size=(10, 10))
+  a_mat = m @ m.T
+  lam = 0.7
+  a, b = rng.normal(size=(3, 10)), rng.normal(size=(3, 10))
+  expect = np.einsum("sn,sn->s", a, np.linalg.solve(a_mat + lam * np.eye(10), b.T).T)
+  q, t = bench.lanczos(lambda v: a_mat @ v, rng.normal(size=10), 10)
+  np.testing.assert_allclose(bench.lowrank_forms(q, t, lam, a, b), expect, rtol=1e-8)
+  # with T = 0 on the space the matrix is taken as 0 everywhere: the first order a.b / lam
+  zero_q = np.zeros((10, 1))
+  zero_q[0] = 1
+  np.testing.assert_allclose(bench.lowrank_forms(zero_q, np.zeros((1, 1)), lam, a, b),
+                             np.einsum("sn,sn->s", a, b) / lam, rtol=1e-12)
+
+
+def test_influence_lowrank_with_full_rank_matches_the_conjugate_gradient_solve():
+  model, params, batch = _toy()
+  batch = dict(batch, source_ids=jnp.asarray([0, 0], jnp.int32))
+  opt = optax.adam(1e-2, b1=0.9, b2=0.95)
+  state = opt.init(params)
+  g = jax.grad(lambda p: bench.make_source_losses(model, 1, True)(p, batch)[0])(params)
+  _, state = opt.update(g, state, params)
+  n = jax.flatten_util.ravel_pytree(params)[0].size
+  exact, _ = bench.influence(model, True, params, state, batch, 1, 0.3, 1e-8, 0.95, iters=2000,
+                             tol=1e-7)
+  low = bench.influence_lowrank(model, True, params, state, batch, 1, 0.3, 1e-8, 0.95, rank=n,
+                                start="random")
+  np.testing.assert_allclose(low, exact, rtol=2e-3)
