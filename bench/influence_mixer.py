@@ -1,7 +1,7 @@
 r"""The influence mixer: the run measures its sources' elasticities once, then holds their mixture.
 
     .venv/bin/python bench/influence_mixer.py [--out runs/influence_mixer] [--seeds 0,1,2]
-        [--at 50,100] [--layers 2 --d-model 64]
+        [--at 50,100] [--cg-iters 100] [--layers 2 --d-model 64]
 
 ``bench/gradient_probe.py --method influence`` found that the truncated-horizon influence of the
 uniform run's state, ``b_s = w_s (g_s^A)^T (G + lambda P^{-1})^{-1} g_s^B`` with ``lambda = 1 /
@@ -103,6 +103,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument("--out", default="runs/influence_mixer")
   p.add_argument("--seeds", default="0,1,2")
   p.add_argument("--at", default="50,100", help="comma-separated measurement steps (the arms)")
+  p.add_argument("--cg-iters", type=int, default=100,
+                 help="conjugate-gradient iterations per source (bench/influence_cost.py's pick: "
+                 "10; the arms are then named influence_at<t>_cg<n>)")
   p.add_argument("--layers", type=int, default=None)
   p.add_argument("--d-model", type=int, default=None)
   args = p.parse_args(argv)
@@ -123,8 +126,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
   num_steps = int(config(seeds[0]).train.num_steps)
   switch = round(HOLD * num_steps)
-  runs = {"uniform": {}, **{f"influence_at{a}": {} for a in ats}}
-  costs = {f"influence_at{a}": [] for a in ats}
+  suffix = "" if args.cg_iters == 100 else f"_cg{args.cg_iters}"
+  names = {a: f"influence_at{a}{suffix}" for a in ats}
+  runs = {"uniform": {}, **{names[a]: {} for a in ats}}
+  costs = {names[a]: [] for a in ats}
   for seed in seeds:
     c = config(seed)
     wd = os.path.join(args.out, "runs", "uniform", f"seed{seed}")
@@ -133,13 +138,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"uniform seed {seed}: {runs['uniform'][seed]['eval_mean'][-1]:.4f} ({wall:.0f} s)",
           flush=True)
     for a in ats:
-      arm = f"influence_at{a}"
+      arm = names[a]
       mpath = os.path.join(args.out, "measurements", f"{arm}_seed{seed}.json")
       if os.path.exists(mpath):
         with open(mpath) as f:
           m = json.load(f)
       else:
-        m = measure(config(seed), a, switch)
+        m = measure(config(seed), a, switch, iters=args.cg_iters)
         os.makedirs(os.path.dirname(mpath), exist_ok=True)
         with open(mpath, "w") as f:
           json.dump(m, f)
@@ -170,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   print(cm.markdown_table(rows))
   print()
   print(cm.source_tables(summary, SOURCES))
-  with open(os.path.join(args.out, "summary.json"), "w") as f:
+  with open(os.path.join(args.out, f"summary{suffix}.json"), "w") as f:
     json.dump(cm.json_safe(summary), f, indent=1)
   return 0
 

@@ -203,6 +203,11 @@ ARMS = {
     # probes' cost in parameters x tokens), the same schedule: is the second size needed? At the
     # 2 x 64 size it is proxy_scaled_p15_early itself. Fixed before its runs.
     "proxy_half_p15_early": ("static", "proxy_half_p15_early"),
+    # One uniform pilot run in place of the 20 probes: the truncated-horizon influence of its
+    # state at steps 300-375 (bench/gradient_probe.py --method influence, the tuning seed 100,
+    # 0.13M; r 0.93 with the half-length probes' power-1.5 mixture), the same schedule and power as
+    # proxy_half_p15_early. Fixed before its runs.
+    "influence_pilot_p15_early": ("static", "influence_pilot_p15_early"),
 }
 
 # The designed probes of andrea_jax.curriculum.proxy: 20 static mixtures over the 16 sources, each
@@ -296,12 +301,19 @@ PROXY_SCHEDULE_SHORT_ELASTICITY = (0.005, 0.009, 0.024, 0.017, 0.039, 0.008, 0.0
 # repo-docstrings), the same from extra-02, -03 and -05, less from extra-01 and the noise extra-06.
 PROXY_HALF_4X128_ELASTICITY = (0.150, 0.100, 0.125, 0.194, 0.309, 0.042, -0.015, 0.428, 0.040,
                                0.585, 0.171, 0.189, 0.621, 0.278, 0.204, 0.064)
+# The truncated-horizon influence b_s = w_s g_s^T (G + P^{-1} / sum lr)^{-1} g_s of the uniform run
+# at the tuning seed, averaged over steps 300, 325, 350 and 375 (``bench/gradient_probe.py --method
+# influence``; 128 rows of training batches per step, CG): the probes' elasticities from one
+# pilot run's gradients, in the same units (r 0.90 with PROXY_HALF_ELASTICITY).
+INFLUENCE_PILOT_ELASTICITY = (0.046, 0.056, 0.068, 0.095, 0.170, 0.053, 0.031, 0.245, 0.184,
+                              0.391, 0.190, 0.154, 0.446, 0.176, 0.259, 0.027)
 PROXY_FITS = {"proxy_early": PROXY_ELASTICITY, "proxy_half_early": PROXY_HALF_ELASTICITY,
               "proxy_quarter_early": PROXY_QUARTER_ELASTICITY,
               "proxy_schedule_early": PROXY_SCHEDULE_ELASTICITY,
               "proxy_schedule_short_early": PROXY_SCHEDULE_SHORT_ELASTICITY,
               "proxy_half_4x128_early": PROXY_HALF_4X128_ELASTICITY,
-              "proxy_half_p15_early": PROXY_HALF_ELASTICITY}
+              "proxy_half_p15_early": PROXY_HALF_ELASTICITY,
+              "influence_pilot_p15_early": INFLUENCE_PILOT_ELASTICITY}
 # Fits at two proxy sizes read at the target's: per source, b as a line in ln(parameters) through
 # the 2 x 64 and 4 x 128 half-length fits (proxy.scale_elasticity), at the parameter count of the
 # model the arm trains (bench/compare_mixers.py --layers/--d-model included: fit_to_model), the
@@ -312,7 +324,7 @@ SCALED_FITS = {"proxy_scaled_early": _TWO_SIZES, "proxy_scaled_p15_early": _TWO_
 # The power of proxy.elasticity_mixture per proxy kind (1 where absent): the mixture proportional
 # to max(b, floor) ** power.
 SHARPEN = {"proxy_scaled_p15_early": 1.5, "proxy_scaled_p2_early": 2.0,
-           "proxy_half_p15_early": 1.5}
+           "proxy_half_p15_early": 1.5, "influence_pilot_p15_early": 1.5}
 
 FITTED_MIXTURE = fitted_mixture("fitted")
 REFITTED_MIXTURE = fitted_mixture("refitted")
