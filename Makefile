@@ -13,6 +13,9 @@ TORCH  ?= torch==2.13.0
 WORKDIR ?= runs/tiny
 CONFIG  ?= experiments/tiny.py
 ARGS    ?=
+# Test processes (pytest-xdist; each test file runs whole in one of them): the suite is mostly
+# single-threaded compilation, so two workers use both of CI's two cores. 0 runs it in one process.
+WORKERS ?= 2
 
 .PHONY: demo test bench notebooks clean
 
@@ -30,7 +33,7 @@ demo: $(VENV)/.base
 	$(PY) -m andrea_jax.main --config=$(CONFIG) --workdir=$(WORKDIR) $(ARGS)
 
 test: $(VENV)/.test
-	$(PY) -m pytest -q $(ARGS)
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile $(ARGS)
 
 bench: $(VENV)/.test
 	$(PIP) install -q -e ".[bench]"

@@ -22,12 +22,17 @@ jax.config.update("jax_default_matmul_precision", "highest")
 # builds the same small training and evaluation programs in test after test, and compiling them,
 # not running them, is most of its time on 2 CPU cores. A fresh directory per run, so a test never
 # reads what an older jax or an edited model compiled.
-_XLA_CACHE = tempfile.mkdtemp(prefix="andrea_jax_test_xla_cache_")
+# Under pytest-xdist (``make test`` runs two workers) the process that starts the workers makes the
+# directory and they inherit it through the environment, so the workers share their compilations.
+_XLA_CACHE = os.environ.get("ANDREA_JAX_TEST_XLA_CACHE")
+if _XLA_CACHE is None:
+  _XLA_CACHE = tempfile.mkdtemp(prefix="andrea_jax_test_xla_cache_")
+  os.environ["ANDREA_JAX_TEST_XLA_CACHE"] = _XLA_CACHE
+  atexit.register(shutil.rmtree, _XLA_CACHE, ignore_errors=True)
 os.environ["JAX_COMPILATION_CACHE_DIR"] = _XLA_CACHE
 os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 jax.config.update("jax_compilation_cache_dir", _XLA_CACHE)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-atexit.register(shutil.rmtree, _XLA_CACHE, ignore_errors=True)
 # And compiled with jax's "try not to do much optimization work" (LLVM at -O0, its expensive passes
 # off; XLA's own graph passes unchanged), here and in the processes the tests start: the programs
 # are tiny and run for a few steps, so the time LLVM spends optimising them is never won back (a
