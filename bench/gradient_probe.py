@@ -131,6 +131,28 @@ POWER = 1.5
 THRESHOLD = 0.9
 
 
+def load_bench(name: str):
+  """``bench/<name>.py`` as a module (bench/ is not a package)."""
+  spec = importlib.util.spec_from_file_location(f"{name}_bench",
+                                                os.path.join(REPO, "bench", f"{name}.py"))
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  return mod
+
+
+def uniform_run(cfg):
+  """The pieces of a hand-driven run of ``cfg`` (the README's own loop): ``(cfg, run, sampler,
+  state, train_step)``, the state at step 0 and the step jitted with the state donated."""
+  from andrea_jax import data, runconfig, step, train
+  run = runconfig.build(cfg)
+  tokenizer = data.load_tokenizer(cfg.data.tokenizer)
+  corpus = data.open_training_data(cfg.data, tokenizer, required=run.used_sources)
+  sampler = data.MixtureSampler(corpus, seq_len=cfg.data.seq_len,
+                                global_batch_size=cfg.data.global_batch_size, seed=cfg.seed)
+  state = train.init_state(run, train.run_keys(cfg.seed))
+  return cfg, run, sampler, state, step.jit_step(run.step_config)
+
+
 def adam_preconditioner(opt_state, eps: float, b2: float):
   """``1 / (sqrt(v_hat) + eps)`` per parameter, from the AdamW state inside ``opt_state``
   (bias-corrected with its count: the state before the step measured, so the step's own gradient
@@ -387,25 +409,14 @@ def influence_main(args) -> int:
   """The fourth screen (see the module's docstring)."""
   import jax
 
-  from andrea_jax import curriculum, data, runconfig, step, train
+  from andrea_jax import curriculum
   from andrea_jax.curriculum import proxy
 
-  spec = importlib.util.spec_from_file_location("compare_mixers_bench",
-                                                os.path.join(REPO, "bench", "compare_mixers.py"))
-  cm = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(cm)
+  cm = load_bench("compare_mixers")
   exp = cm.load_experiment()
-
-  cfg = exp.arm_config("uniform", seed=args.seed)
-  run = runconfig.build(cfg)
+  cfg, run, sampler, state, train_step = uniform_run(exp.arm_config("uniform", seed=args.seed))
   sources = list(run.sources)
   num = len(sources)
-  tokenizer = data.load_tokenizer(cfg.data.tokenizer)
-  corpus = data.open_training_data(cfg.data, tokenizer, required=run.used_sources)
-  sampler = data.MixtureSampler(corpus, seq_len=cfg.data.seq_len,
-                                global_batch_size=cfg.data.global_batch_size, seed=cfg.seed)
-  state = train.init_state(run, train.run_keys(cfg.seed))
-  train_step = step.jit_step(run.step_config)
   model, doc = run.step_config.model, run.step_config.document_mask
   schedule = run.step_config.schedule
   eps, b2 = float(cfg.optim.eps), float(cfg.optim.b2)
@@ -472,25 +483,14 @@ def displacement_main(args) -> int:
   import jax
   import optax
 
-  from andrea_jax import curriculum, data, runconfig, step, train
+  from andrea_jax import curriculum
   from andrea_jax.curriculum import proxy
 
-  spec = importlib.util.spec_from_file_location("compare_mixers_bench",
-                                                os.path.join(REPO, "bench", "compare_mixers.py"))
-  cm = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(cm)
+  cm = load_bench("compare_mixers")
   exp = cm.load_experiment()
-
-  cfg = exp.arm_config("uniform", seed=args.seed)
-  run = runconfig.build(cfg)
+  cfg, run, sampler, state, train_step = uniform_run(exp.arm_config("uniform", seed=args.seed))
   sources = list(run.sources)
   num = len(sources)
-  tokenizer = data.load_tokenizer(cfg.data.tokenizer)
-  corpus = data.open_training_data(cfg.data, tokenizer, required=run.used_sources)
-  sampler = data.MixtureSampler(corpus, seq_len=cfg.data.seq_len,
-                                global_batch_size=cfg.data.global_batch_size, seed=cfg.seed)
-  state = train.init_state(run, train.run_keys(cfg.seed))
-  train_step = step.jit_step(run.step_config)
   row_grads = make_row_grads(run.step_config.model, run.step_config.document_mask)
   source_losses = make_source_losses(run.step_config.model, num, run.step_config.document_mask)
   schedule = run.step_config.schedule
@@ -597,25 +597,14 @@ def main(argv: Sequence[str] | None = None) -> int:
   import jax
   import optax
 
-  from andrea_jax import curriculum, data, runconfig, step, train
+  from andrea_jax import curriculum
   from andrea_jax.curriculum import proxy
 
-  spec = importlib.util.spec_from_file_location("compare_mixers_bench",
-                                                os.path.join(REPO, "bench", "compare_mixers.py"))
-  cm = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(cm)
+  cm = load_bench("compare_mixers")
   exp = cm.load_experiment()
-
-  cfg = exp.arm_config("uniform", seed=args.seed)
-  run = runconfig.build(cfg)
+  cfg, run, sampler, state, train_step = uniform_run(exp.arm_config("uniform", seed=args.seed))
   sources = list(run.sources)
   num = len(sources)
-  tokenizer = data.load_tokenizer(cfg.data.tokenizer)
-  corpus = data.open_training_data(cfg.data, tokenizer, required=run.used_sources)
-  sampler = data.MixtureSampler(corpus, seq_len=cfg.data.seq_len,
-                                global_batch_size=cfg.data.global_batch_size, seed=cfg.seed)
-  state = train.init_state(run, train.run_keys(cfg.seed))
-  train_step = step.jit_step(run.step_config)
   row_grads = make_row_grads(run.step_config.model, run.step_config.document_mask)
   schedule = run.step_config.schedule
 

@@ -44,11 +44,12 @@ POWER = 1.5
 
 
 def _load(name: str):
-  spec = importlib.util.spec_from_file_location(f"{name}_bench",
-                                                os.path.join(REPO, "bench", f"{name}.py"))
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
-  return mod
+  """``bench/<name>.py`` as a module (``gradient_probe.load_bench``)."""
+  spec = importlib.util.spec_from_file_location(
+      "gradient_probe_bench", os.path.join(REPO, "bench", "gradient_probe.py"))
+  gp = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(gp)
+  return gp if name == "gradient_probe" else gp.load_bench(name)
 
 
 def measure(cfg, at: int, horizon: int, batches: int = 4, iters: int = 100,
@@ -58,16 +59,10 @@ def measure(cfg, at: int, horizon: int, batches: int = 4, iters: int = 100,
   lr_t``, ``G`` and the half-gradients from the batches of steps ``at .. at + batches - 1``."""
   import jax
 
-  from andrea_jax import curriculum, data, runconfig, step, train
+  from andrea_jax import curriculum
   gp = _load("gradient_probe")
-  run = runconfig.build(cfg)
+  cfg, run, sampler, state, train_step = gp.uniform_run(cfg)
   num = len(run.sources)
-  tokenizer = data.load_tokenizer(cfg.data.tokenizer)
-  corpus = data.open_training_data(cfg.data, tokenizer, required=run.used_sources)
-  sampler = data.MixtureSampler(corpus, seq_len=cfg.data.seq_len,
-                                global_batch_size=cfg.data.global_batch_size, seed=cfg.seed)
-  state = train.init_state(run, train.run_keys(cfg.seed))
-  train_step = step.jit_step(run.step_config)
   model, doc = run.step_config.model, run.step_config.document_mask
   t0 = time.time()
   for t in range(at):
