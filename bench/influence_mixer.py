@@ -21,6 +21,12 @@ gradients as in the screen (100 iterations at most, relative residual 1e-3). See
 0.13M (the study's 2 x 64 model), each against uniform's run of the same seed; the issue's line:
 uniform's final mean held-out loss reached in at least 20% fewer steps, averaged over the seeds.
 The measurement's cost is printed beside a whole run's.
+
+Found (``bench/RESULTS.md``, "Measured in the run itself, early"): both lose to uniform on every
+seed, +0.084 and +0.033. Early, the run's curvature ranks the sources learned fastest first (the
+noise source and ``extra-04`` at step 50, ``extra-02`` and ``extra-04`` at step 100: r 0.23 and
+0.46 with the probes' mixture), as quarter-length probes do. Measured late in a uniform pilot's
+first half instead, the same estimate is ``influence_pilot_p15_early`` (19.5% fewer steps).
 """
 
 from __future__ import annotations
