@@ -84,7 +84,8 @@ and the balance point's response is the influence function: at a minimum of the 
 A run of finite length is at that balance only in the directions it has had time to settle:
 under Adam's preconditioned flow, ``theta' = -lr P grad L``, a direction of curvature ``h``
 (of ``P^{1/2} H P^{1/2}``) settles when ``h sum_t lr_t >~ 1``. So the estimate, with no free
-parameter, is the truncated-horizon influence
+parameter (AdamW's decoupled weight decay, which would add ``wd P^{-1}`` to the matrix, is left
+out), is the truncated-horizon influence
 
 .. math::  \hat b_s = w_s\, (g_s^A)^T (G + \lambda P^{-1})^{-1} g_s^B,
    \qquad \lambda = 1 / \sum_{t' < t} lr_{t'}

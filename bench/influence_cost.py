@@ -17,8 +17,9 @@ mixer):
 
 Each variant's power-1.5 mixture is compared (Pearson r) with the exact estimate's and with the
 0.13M probes'. Cost: Gauss-Newton products times rows, in training steps (a step is 32 rows) --
-one product costs about a forward and a backward pass, as a training step does -- and the wall
-time of the variant against a training step timed in the same process.
+one product costs about a forward and a backward pass, as a training step does; the per-row
+gradients, about four steps, are not counted -- and the wall time of the variant (compilation
+included) against a training step timed in the same process.
 
 The rule, fixed before any number (this file's first commit): the cheapest variant (fewest
 products x rows) whose mixture has r >= 0.95 with the exact estimate's is the one the mixer is run

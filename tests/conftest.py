@@ -23,8 +23,10 @@ jax.config.update("jax_default_matmul_precision", "highest")
 # not running them, is most of its time on 2 CPU cores. A fresh directory per run, so a test never
 # reads what an older jax or an edited model compiled.
 # Under pytest-xdist (``make test`` runs two workers) the process that starts the workers makes the
-# directory and they inherit it through the environment, so the workers share their compilations.
-_XLA_CACHE = os.environ.get("ANDREA_JAX_TEST_XLA_CACHE")
+# directory and they inherit it through the environment, so the workers share their compilations;
+# only a worker takes a directory it is handed (one left in a shell's environment is not reused).
+_XLA_CACHE = os.environ.get("ANDREA_JAX_TEST_XLA_CACHE") if os.environ.get(
+    "PYTEST_XDIST_WORKER") else None
 if _XLA_CACHE is None:
   _XLA_CACHE = tempfile.mkdtemp(prefix="andrea_jax_test_xla_cache_")
   os.environ["ANDREA_JAX_TEST_XLA_CACHE"] = _XLA_CACHE

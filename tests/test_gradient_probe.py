@@ -78,12 +78,23 @@ def test_split_adam_step_sums_to_optax_update():
   for k, (part, (_, optax_update)) in enumerate(zip(parts, seen), start=1):
     mom, nu, upd = bench.split_adam_step(mom, nu, {"w": part}, 1.0, 1e-2, k, 0.9, 0.95, 1e-8)
     np.testing.assert_allclose(upd["w"].sum(0), optax_update, rtol=2e-5, atol=1e-8)
-  # a clip factor scales every source's part of the gradient alike
-  _, _, up_half = bench.split_adam_step({"w": np.zeros((4, 3))}, {"w": np.zeros(3)},
-                                        {"w": parts[0]}, 0.5, 1e-2, 1, 0.9, 0.95, 1e-8)
-  _, _, up_half_g = bench.split_adam_step({"w": np.zeros((4, 3))}, {"w": np.zeros(3)},
-                                          {"w": 0.5 * parts[0]}, 1.0, 1e-2, 1, 0.9, 0.95, 1e-8)
-  np.testing.assert_allclose(up_half["w"], up_half_g["w"], rtol=1e-6)
+
+
+
+def test_split_adam_step_with_clipping_sums_to_optax_clip_then_adam():
+  rng = np.random.default_rng(8)
+  parts = [rng.normal(size=(4, 3)).astype(np.float32) for _ in range(4)]
+  tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-2, b1=0.9, b2=0.95, eps=1e-8))
+  params = {"w": jnp.zeros(3)}
+  state = tx.init(params)
+  mom, nu = {"w": np.zeros((4, 3), np.float32)}, {"w": np.zeros(3, np.float32)}
+  for k, part in enumerate(parts, start=1):
+    g = part.sum(0)
+    clip = min(1.0, 1.0 / float(np.linalg.norm(g)))
+    assert clip < 1                     # the clip is active at every step
+    want, state = tx.update({"w": jnp.asarray(g)}, state, params)
+    mom, nu, upd = bench.split_adam_step(mom, nu, {"w": part}, clip, 1e-2, k, 0.9, 0.95, 1e-8)
+    np.testing.assert_allclose(upd["w"].sum(0), want["w"], rtol=2e-5, atol=1e-8)
 
 
 def test_row_grads_average_to_the_batch_gradient():
@@ -176,7 +187,7 @@ def test_lanczos_spans_what_it_is_given_and_projects_the_matrix():
   assert len(t) == 12
 
 
-def test_lowrank_forms_are_exact_with_the_whole_space_and_first_order_with_none():
+def test_lowrank_forms_are_exact_on_the_whole_space_and_on_a_low_rank_matrixs_range():
   rng = np.random.default_rng(7)
   m = rng.normal(size=(10, 10))
   a_mat = m @ m.T
@@ -185,11 +196,13 @@ def test_lowrank_forms_are_exact_with_the_whole_space_and_first_order_with_none(
   expect = np.einsum("sn,sn->s", a, np.linalg.solve(a_mat + lam * np.eye(10), b.T).T)
   q, t = bench.lanczos(lambda v: a_mat @ v, rng.normal(size=10), 10)
   np.testing.assert_allclose(bench.lowrank_forms(q, t, lam, a, b), expect, rtol=1e-8)
-  # with T = 0 on the space the matrix is taken as 0 everywhere: the first order a.b / lam
-  zero_q = np.zeros((10, 1))
-  zero_q[0] = 1
-  np.testing.assert_allclose(bench.lowrank_forms(zero_q, np.zeros((1, 1)), lam, a, b),
-                             np.einsum("sn,sn->s", a, b) / lam, rtol=1e-12)
+  # a matrix of rank 3 known on a basis of its range only is known everywhere (0 off it)
+  u = rng.normal(size=(10, 3))
+  low = u @ u.T
+  basis, _ = np.linalg.qr(u)
+  expect_low = np.einsum("sn,sn->s", a, np.linalg.solve(low + lam * np.eye(10), b.T).T)
+  np.testing.assert_allclose(bench.lowrank_forms(basis, basis.T @ low @ basis, lam, a, b),
+                             expect_low, rtol=1e-8)
 
 
 def test_influence_lowrank_with_full_rank_matches_the_conjugate_gradient_solve():
@@ -205,3 +218,32 @@ def test_influence_lowrank_with_full_rank_matches_the_conjugate_gradient_solve()
   low = bench.influence_lowrank(model, True, params, state, batch, 1, 0.3, 1e-8, 0.95, rank=n,
                                 start="random")
   np.testing.assert_allclose(low, exact, rtol=2e-3)
+
+
+def test_influence_against_a_dense_solve_with_gradients_worked_out_alone():
+  # b_s = w_s gA^T (G + lam diag(sqrt(v_hat) + eps))^-1 gB, everything formed densely: G from the
+  # logits' Jacobian, gA and gB from jax.grad of each row's own mean loss, v_hat from optax's state
+  from andrea_jax import step as step_lib
+  model, params, batch = _toy()
+  batch = dict(batch, source_ids=jnp.asarray([1, 1], jnp.int32))     # source 1 of 2: w = (0, 1)
+  tx = optax.adam(1e-2, b1=0.9, b2=0.95, eps=1e-8)
+  state = tx.init(params)
+  loss = lambda p: step_lib.token_losses(model, p, batch, True)[0].sum()
+  for _ in range(2):
+    _, state = tx.update(jax.grad(loss)(params), state, params)
+  dense, flat, unravel = _dense_gauss_newton(model, params, batch)
+
+  def row_grad(r):
+    one = jax.tree.map(lambda x: x[r:r + 1], batch)
+    f = lambda x: (lambda l, m: l.sum() / m.sum())(*step_lib.token_losses(model, unravel(x), one,
+                                                                          True))
+    return np.asarray(jax.grad(f)(flat), np.float64)
+  nu = np.asarray(jax.flatten_util.ravel_pytree(state[0].nu)[0], np.float64)
+  d = np.sqrt(nu / (1 - 0.95 ** 2)) + 1e-8
+  lam = 0.3
+  expect = row_grad(0) @ np.linalg.solve(dense + lam * np.diag(d), row_grad(1))
+  first_expect = row_grad(0) @ (row_grad(1) / d) / lam
+  b, first = bench.influence(model, True, params, state, jax.tree.map(np.asarray, batch), 2, lam,
+                             1e-8, 0.95, iters=3000, tol=1e-8)
+  np.testing.assert_allclose(b, [0.0, expect], rtol=3e-3, atol=1e-9)
+  np.testing.assert_allclose(first, [0.0, first_expect], rtol=1e-4, atol=1e-9)
