@@ -15,8 +15,9 @@ The arms, fixed before their runs (this file's first commit): ``influence_at50``
 ``influence_at100``, ``t_m`` = 50 and 100 of the study's 800 steps; ``lambda = 1 / sum_{t < 400}
 lr_t``, the first half's horizon counted from step 0 to the end of the hold (the learning-rate
 schedule is known in advance); ``G``, ``g^A`` and ``g^B`` from the four batches of steps
-``t_m .. t_m + 3`` the uniform run would draw (training data only; 128 rows, 8 of each source), at the uniform run's parameters
-and Adam state at step ``t_m`` (the arm's own: its first ``t_m`` steps are uniform's); conjugate
+``t_m .. t_m + 3`` the uniform run would draw (training data only; 128 rows, 8 of each source),
+at the uniform run's parameters and Adam state at step ``t_m`` (the arm's own: its first ``t_m``
+steps are uniform's); conjugate
 gradients as in the screen (100 iterations at most, relative residual 1e-3). Seeds 0, 1, 2 at
 0.13M (the study's 2 x 64 model), each against uniform's run of the same seed; the issue's line:
 uniform's final mean held-out loss reached in at least 20% fewer steps, averaged over the seeds.
