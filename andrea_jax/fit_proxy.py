@@ -299,6 +299,142 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *, ratio: float = 4.0, 
   return out
 
 
+PILOT_AT = (0.375, 0.40625, 0.4375, 0.46875)   # steps 300, 325, 350, 375 of 800
+
+
+def pilot_steps(num_steps: int, at: Sequence[float], batches: int) -> list[int]:
+  """The steps ``round(f * num_steps)`` of the fractions ``at``; a ``ValueError`` names a fraction
+  outside (0, 1), NaN, two fractions on one step, or a measurement whose ``batches`` batches run
+  past the run's end."""
+  at = [float(f) for f in at]
+  bad = [f for f in at if not 0 < f < 1]      # NaN fails too
+  if not at or bad:
+    raise ValueError(f"at must be fractions of train.num_steps in (0, 1), got {at!r}")
+  steps = sorted(round(f * num_steps) for f in at)
+  if steps[0] < 1:
+    raise ValueError(f"at = {min(at)} of train.num_steps = {num_steps} is step 0, before any "
+                     "update: measure later")
+  if len(set(steps)) != len(steps):
+    raise ValueError(f"at = {at} puts two measurements on one step of train.num_steps = "
+                     f"{num_steps}: {steps}")
+  if steps[-1] + batches > num_steps:
+    raise ValueError(f"at = {max(at)} puts the last measurement at step {steps[-1]}, whose "
+                     f"{batches} batches run past train.num_steps = {num_steps}")
+  return steps
+
+
+def pilot_cost(pilot: ml_collections.ConfigDict, target: ml_collections.ConfigDict,
+               num_sources: int, steps_run: int, measurements: int, rows: int, iters: int,
+               gn_rows: int | None) -> float:
+  """The pilot's compute in target runs, counted as parameters x tokens like :func:`probe_cost`:
+  ``steps_run`` training steps and ``measurements`` measurements of ``rows`` rows
+  (:func:`andrea_jax.curriculum.influence.measurement_tokens`: an upper bound)."""
+  from andrea_jax.curriculum import influence
+  tokens = (steps_run * int(pilot.data.global_batch_size) * int(pilot.data.seq_len)
+            + measurements * influence.measurement_tokens(num_sources, rows, int(pilot.data.seq_len),
+                                                          iters, gn_rows))
+  return (tokens * model_params(pilot) / (int(target.train.num_steps) * int(
+      target.data.global_batch_size) * int(target.data.seq_len) * model_params(target)))
+
+
+def fit_influence(config: ml_collections.ConfigDict, workdir: str, *,
+                  at: Sequence[float] = PILOT_AT, batches: int = 4, iters: int = 10,
+                  gn_rows: int = 0, lam: float = 1.0, hold: float = 0.5, power: float = 1.5,
+                  config_file: str | None = None,
+                  target: ml_collections.ConfigDict | None = None,
+                  pilot_fn: Callable | None = None) -> dict:
+  """One uniform pilot run of ``config`` in place of the probes: its truncated-horizon influence
+  (:mod:`andrea_jax.curriculum.influence`) measured at the steps ``at`` (fractions of
+  ``train.num_steps``) on ``batches`` batches each, ``iters`` conjugate-gradient iterations per
+  source, the Gauss-Newton matrix on the first ``gn_rows`` rows of them (0: all), averaged.
+
+  Writes ``<workdir>/proxy_fit.json`` with the fields :func:`fit` writes that the target run reads
+  (``sources``, ``b``, ``mixture``, ``lam``, ``power``, ``hold``, ``num_steps``, ``config_file``,
+  ``num_params``; ``target_params`` and ``"probe_cost"``, here the pilot's, when ``target`` is
+  given), ``"method": "influence"`` and the pilot's record (``measurements``, ``steps_run``,
+  ``train_s``, ``measure_s``, ``at``, ``batches``, ``iters``, ``gn_rows``). A pilot already
+  measured with this very config is reused. ``pilot_fn`` (default
+  :func:`andrea_jax.curriculum.influence.pilot`) is for tests.
+  """
+  from andrea_jax import runconfig
+  from andrea_jax.curriculum import influence, proxy
+  for name, value, low_open in (("hold", hold, True), ("lam", lam, False)):
+    if not ((0 < value if low_open else 0 <= value) and value <= 1):
+      raise ValueError(f"{name} must be in {'(' if low_open else '['}0, 1], got {value!r}")
+  if not (power > 0 and math.isfinite(power)):
+    raise ValueError(f"power must be a finite number > 0, got {power!r}")
+  for name, value, least in (("batches", batches, 1), ("iters", iters, 1), ("gn_rows", gn_rows, 0)):
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+      raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+  sources = runconfig.build(config).sources
+  num_steps = int(config.train.num_steps)
+  steps = pilot_steps(num_steps, at, batches)
+  rows = batches * int(config.data.global_batch_size)
+  if gn_rows > rows:
+    raise ValueError(f"gn_rows = {gn_rows} is more than the {rows} rows a measurement reads "
+                     f"({batches} batches of data.global_batch_size = "
+                     f"{int(config.data.global_batch_size)})")
+  uniform = probe_config(config, np.full(len(sources), 1 / len(sources)), sources,
+                         stop_step=steps[-1] + batches)
+  # The target's schedule must be valid before the pilot runs (a hold too short for a phase).
+  check = (target if target is not None else config).copy_and_resolve_references()
+  check.curriculum.strategy = "static"
+  check.curriculum.geometries = proxy.proxy_schedule(
+      np.full(len(sources), 1 / len(sources)), int(check.train.num_steps), hold=hold,
+      sources=sources)
+  try:
+    runconfig.build(check)
+  except ValueError as e:
+    raise ValueError(f"hold = {hold} gives the target run an invalid schedule: {e}") from None
+  settings = {"at": [float(f) for f in at], "batches": batches, "iters": iters,
+              "gn_rows": gn_rows, "config": json.loads(uniform.to_json_best_effort(sort_keys=True))}
+  cost = None
+  if target is not None:
+    cost = pilot_cost(config, target, len(sources), steps[-1] + batches, len(steps), rows, iters,
+                      gn_rows or None)
+    target_params = model_params(target)
+    print(f"one uniform pilot of {steps[-1] + batches} steps at {model_params(config):,} "
+          f"parameters, measured at steps {', '.join(map(str, steps))} ({len(sources)} solves of at "
+          f"most {iters + 1} Gauss-Newton products on {gn_rows or rows} rows each): at most "
+          f"{cost:.3g} runs of the target ({target_params:,} parameters, "
+          f"{int(target.train.num_steps)} steps) in parameters x tokens", flush=True)
+  record = os.path.join(workdir, "pilot.json")
+  found = None
+  if os.path.exists(record):
+    with open(record) as f:
+      found = json.load(f)
+    changed = _changed(found.get("settings"), settings)
+    if changed:
+      raise ValueError(f"{record} holds a pilot of another config ({', '.join(changed[:5])}"
+                       f"{', ...' if len(changed) > 5 else ''} differ): pass another --workdir, or "
+                       "delete it to run it again")
+  if found is None:
+    os.makedirs(workdir, exist_ok=True)
+    result = (pilot_fn or influence.pilot)(uniform, steps, batches=batches, iters=iters,
+                                           gn_rows=gn_rows or None,
+                                           log=lambda m: print(m, flush=True))
+    found = {"settings": settings, "result": result}
+    with open(record, "w") as f:
+      json.dump(found, f)
+  result = found["result"]
+  b = np.asarray(result["b"], np.float64)
+  if b.shape != (len(sources),) or not np.isfinite(b).all():
+    raise ValueError(f"{record}: the pilot's elasticities are not {len(sources)} finite numbers: "
+                     f"{result['b']!r}")
+  out = {"sources": list(sources), "b": b.tolist(), "method": "influence",
+         "mixture": proxy.elasticity_mixture(b, lam=lam, power=power).tolist(),
+         "lam": lam, "power": power, "hold": hold, "num_steps": num_steps,
+         "at": settings["at"], "batches": batches, "iters": iters, "gn_rows": gn_rows,
+         "measurements": result["measurements"], "steps_run": result["steps_run"],
+         "train_s": result["train_s"], "measure_s": result["measure_s"],
+         "config_file": config_file, "num_params": model_params(config)}
+  if target is not None:
+    out.update(target_params=target_params, probe_cost=cost)
+  with open(os.path.join(workdir, FIT_FILE), "w") as f:
+    json.dump(out, f, indent=1)
+  return out
+
+
 def main(argv: Sequence[str]) -> None:
   from absl import app
   from absl import flags
@@ -313,11 +449,17 @@ def main(argv: Sequence[str]) -> None:
   from andrea_jax.data import DataError
   config_flag = flags.FLAGS["config"]
   config_file = config_flags.get_config_filename(config_flag)
+  FLAGS = flags.FLAGS
   try:
-    out = fit(config_flag.value, flags.FLAGS.workdir, ratio=flags.FLAGS.ratio,
-              lam=flags.FLAGS.lam, hold=flags.FLAGS.hold, stop=flags.FLAGS.stop,
-              late=flags.FLAGS.late, probes=flags.FLAGS.probes, power=flags.FLAGS.power,
-              config_file=config_file, target=load_config_file(config_file))
+    if FLAGS.method == "influence":
+      out = fit_influence(config_flag.value, FLAGS.workdir, at=[float(f) for f in FLAGS.at],
+                          batches=FLAGS.batches, iters=FLAGS.cg_iters, gn_rows=FLAGS.gn_rows,
+                          lam=FLAGS.lam, hold=FLAGS.hold, power=FLAGS.power,
+                          config_file=config_file, target=load_config_file(config_file))
+    else:
+      out = fit(config_flag.value, FLAGS.workdir, ratio=FLAGS.ratio, lam=FLAGS.lam,
+                hold=FLAGS.hold, stop=FLAGS.stop, late=FLAGS.late, probes=FLAGS.probes,
+                power=FLAGS.power, config_file=config_file, target=load_config_file(config_file))
   except (ValueError, TypeError, DataError, CheckpointError, train.TrainingHalted) as e:
     # Bad input or a halted probe: the message names the field, file or step (finished probes
     # are kept and reused by the next run of the command).
@@ -325,7 +467,8 @@ def main(argv: Sequence[str]) -> None:
     sys.exit(1)
   width = max(map(len, out["sources"]))
   print(f"{'source':{width}s}  b (nats per unit of ln share)  R^2    mixture")
-  for s, b, r2, w in zip(out["sources"], out["b"], out["r2"], out["mixture"]):
+  r2s = out.get("r2") or [None] * len(out["b"])      # the pilot's estimate has no R^2
+  for s, b, r2, w in zip(out["sources"], out["b"], r2s, out["mixture"]):
     print(f"{s:{width}s}  {b:+29.3f}  {'—' if r2 is None else f'{r2:.2f}':5s}  {w:.3f}")
   print(f"\nwrote {os.path.join(flags.FLAGS.workdir, FIT_FILE)}; train with it:\n  python -m "
         f"andrea_jax.main --config=experiments/proxy.py:{flags.FLAGS.workdir} --workdir=<dir>")
@@ -353,6 +496,15 @@ def run() -> None:
   flags.DEFINE_enum("probes", "static", ["static", "schedule"], "static: each probe holds its "
                     "mixture throughout; schedule: for the first --hold of the run, then uniform "
                     "(fitted after the switch: needs --stop 1, say, with --hold 0.5)")
+  flags.DEFINE_enum("method", "probes", ["probes", "influence"], "probes: the designed probe "
+                    "runs; influence: one uniform pilot run, its truncated-horizon influence "
+                    "measured late in its first half (andrea_jax.curriculum.influence)")
+  flags.DEFINE_list("at", [str(f) for f in PILOT_AT], "influence: the measured steps, as "
+                    "fractions of train.num_steps")
+  flags.DEFINE_integer("batches", 4, "influence: the batches each measurement reads")
+  flags.DEFINE_integer("cg_iters", 10, "influence: conjugate-gradient iterations per source")
+  flags.DEFINE_integer("gn_rows", 0, "influence: the rows the Gauss-Newton matrix is read on "
+                       "(0: all the measurement's rows)")
   flags.mark_flags_as_required(["config", "workdir"])
   app.run(main)
 

@@ -131,6 +131,17 @@ EARLY_END = 100    # what an online mixer would know by then
 POWER = 1.5
 THRESHOLD = 0.9
 
+# The estimator's pieces live in the package (``python -m andrea_jax.fit_proxy --method influence``
+# runs the pilot); the screens below use them from there.
+from andrea_jax.curriculum.influence import (  # noqa: E402
+    adam_preconditioner,
+    halves,
+    influence,
+    influence_solve,
+    make_gauss_newton,
+    make_row_grads,
+)
+
 
 def load_bench(name: str):
   """``bench/<name>.py`` as a module (bench/ is not a package)."""
@@ -152,60 +163,6 @@ def uniform_run(cfg):
                                 global_batch_size=cfg.data.global_batch_size, seed=cfg.seed)
   state = train.init_state(run, train.run_keys(cfg.seed))
   return cfg, run, sampler, state, step.jit_step(run.step_config)
-
-
-def adam_preconditioner(opt_state, eps: float, b2: float):
-  """``1 / (sqrt(v_hat) + eps)`` per parameter, from the AdamW state inside ``opt_state``
-  (bias-corrected with its count: the state before the step measured, so the step's own gradient
-  is not in it); ``None`` before the first update."""
-  import jax
-  import jax.numpy as jnp
-  import optax
-  found = [s for s in jax.tree.leaves(
-      opt_state, is_leaf=lambda x: isinstance(x, optax.ScaleByAdamState))
-           if isinstance(s, optax.ScaleByAdamState)]
-  if not found:
-    raise ValueError("no optax.ScaleByAdamState in the optimizer state")
-  count = int(found[0].count)
-  if count == 0:
-    return None
-  corr = 1.0 - b2 ** count
-  return jax.tree.map(lambda v: 1.0 / (jnp.sqrt(v / corr) + eps), found[0].nu)
-
-
-def make_row_grads(model, document_mask: bool):
-  """``f(params, batch) -> (grads [B, ...] pytree, tokens [B])``: each row's mean-token-loss
-  gradient (``jax.vmap`` over rows)."""
-  import jax
-  import jax.numpy as jnp
-
-  from andrea_jax import step as step_lib
-
-  def row_loss(params, row):
-    one = jax.tree.map(lambda x: x[None], row)
-    loss_BxT, mask_BxT = step_lib.token_losses(model, params, one, document_mask)
-    return loss_BxT.sum() / jnp.maximum(mask_BxT.sum(), 1.0), mask_BxT.sum()
-
-  def f(params, batch):
-    rows = {k: batch[k] for k in ("inputs", "targets", "segment_ids", "positions")}
-    g, tokens = jax.vmap(lambda r: jax.grad(row_loss, has_aux=True)(params, r))(rows)
-    return g, tokens
-  return jax.jit(f)
-
-
-def halves(source_ids: np.ndarray, num_sources: int) -> tuple[np.ndarray, np.ndarray]:
-  """Row weights ``[S, B]`` of two disjoint halves of each source's rows (alternate rows in batch
-  order; each half's weights sum to 1, or are all 0 where a source has fewer than two rows)."""
-  a = np.zeros((num_sources, len(source_ids)))
-  b = np.zeros_like(a)
-  for s in range(num_sources):
-    idx = np.flatnonzero(source_ids == s)
-    if len(idx) < 2:
-      continue
-    ia, ib = idx[0::2], idx[1::2]
-    a[s, ia] = 1.0 / len(ia)
-    b[s, ib] = 1.0 / len(ib)
-  return a, b
 
 
 def cross_products(grads_B, precond, wa_SxB: np.ndarray, wb_SxB: np.ndarray) -> np.ndarray:
@@ -277,68 +234,6 @@ def make_source_losses(model, num_sources: int, document_mask: bool):
 INFLUENCE_STEPS = (300, 325, 350, 375)
 INFLUENCE_BATCHES = 4          # the batches of steps t .. t + 3
 CG_ITERS, CG_TOL = 100, 1e-3
-
-
-def make_gauss_newton(model, document_mask: bool):
-  """``gnvp(params, batch, v) -> G v``: the Gauss-Newton matrix of the batch's token-mean
-  cross-entropy, ``G = J^T (diag(p) - p p^T) J / N`` (``J`` the logits' Jacobian, ``p`` the
-  softmax, ``N`` the tokens that count), times ``v``."""
-  import jax
-  import jax.numpy as jnp
-
-  def gnvp(params, batch, v):
-    segment_ids = batch["segment_ids"] if document_mask else None
-    f = lambda p: model.apply({"params": p}, batch["inputs"], segment_ids=segment_ids,
-                              positions=batch["positions"]).astype(jnp.float32)
-    logits, u = jax.jvp(f, (params,), (v,))
-    prob = jax.nn.softmax(logits, axis=-1)
-    mask = (batch["segment_ids"] > 0).astype(jnp.float32)[..., None]
-    hu = (prob * u - prob * (prob * u).sum(-1, keepdims=True)) * mask / jnp.maximum(mask.sum(), 1)
-    _, back = jax.vjp(f, params)
-    return back(hu)[0]
-  return gnvp
-
-
-def influence_solve(gnvp, params, batch, diag_pinv, lam: float, rhs, iters: int = CG_ITERS,
-                    tol: float = CG_TOL):
-  """``(G + lam diag(diag_pinv))^{-1} rhs`` by conjugate gradients preconditioned with
-  ``1 / diag_pinv`` (pytrees of the parameters' shape)."""
-  import jax
-  import jax.scipy.sparse.linalg as jsl
-  op = lambda v: jax.tree.map(lambda gv, d, x: gv + lam * d * x, gnvp(params, batch, v),
-                              diag_pinv, v)
-  precond = lambda v: jax.tree.map(lambda d, x: x / (lam * d), diag_pinv, v)
-  x, _ = jsl.cg(op, rhs, tol=tol, maxiter=iters, M=precond)
-  return x
-
-
-def influence(model, document_mask: bool, params, opt_state, batch: dict, num_sources: int,
-              lam: float, eps: float, b2: float, iters: int = CG_ITERS, tol: float = CG_TOL):
-  """The truncated-horizon influence on ``batch`` (numpy arrays; two halves of each source's
-  rows): ``b_s = w_s (g_s^A)^T (G + lam P^{-1})^{-1} g_s^B`` ``[S]``, and the first order at the
-  same horizon, ``w_s <g_s^A, P g_s^B> / lam`` ``[S]``."""
-  import jax
-  import jax.numpy as jnp
-  row_grads = make_row_grads(model, document_mask)
-  gnvp = make_gauss_newton(model, document_mask)
-  solve = jax.jit(lambda p, bt, d, l, rhs: influence_solve(gnvp, p, bt, d, l, rhs, iters, tol))
-  g_B, tokens_B = row_grads(params, batch)
-  src = np.asarray(batch["source_ids"])
-  tok = np.asarray(tokens_B, np.float64)
-  share = np.bincount(src, weights=tok, minlength=num_sources) / tok.sum()
-  wa, wb = halves(src, num_sources)
-  ga = jax.tree.map(lambda g: np.tensordot(wa, np.asarray(g), axes=1), g_B)   # [S, ...]
-  gb = jax.tree.map(lambda g: np.tensordot(wb, np.asarray(g), axes=1), g_B)
-  precond = adam_preconditioner(opt_state, eps, b2)
-  diag_pinv = jax.tree.map(lambda p: 1.0 / p, precond)
-  batch_j = {k: jnp.asarray(v) for k, v in batch.items()}
-  est = np.zeros(num_sources)
-  for s in range(num_sources):
-    x = solve(params, batch_j, diag_pinv, lam, jax.tree.map(lambda g: g[s], gb))
-    est[s] = share[s] * sum(float((np.asarray(a[s]) * np.asarray(v)).sum())
-                            for a, v in zip(jax.tree.leaves(ga), jax.tree.leaves(x)))
-  first = share * np.diag(cross_products(g_B, precond, wa, wb)) / lam
-  return est, first
 
 
 def lanczos(matvec, start: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

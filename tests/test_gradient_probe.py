@@ -1,5 +1,6 @@
-"""bench/gradient_probe.py's pieces, against numbers worked by hand and optax's own AdamW. (The
-screens on the built-in corpus are the benchmark's job.)"""
+"""The influence estimator (andrea_jax.curriculum.influence) and bench/gradient_probe.py's other
+pieces, against numbers worked by hand, dense matrices and optax's own AdamW. (The screens on the
+built-in corpus are the benchmark's job.)"""
 
 import importlib.util
 import os
@@ -10,6 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from andrea_jax.curriculum import influence as inf
+
 _spec = importlib.util.spec_from_file_location(
     "gradient_probe_bench",
     os.path.join(os.path.dirname(__file__), "..", "bench", "gradient_probe.py"))
@@ -18,7 +21,7 @@ _spec.loader.exec_module(bench)
 
 
 def test_halves_alternate_each_sources_rows():
-  a, b = bench.halves(np.array([0, 1, 0, 0, 1, 2]), 4)
+  a, b = inf.halves(np.array([0, 1, 0, 0, 1, 2]), 4)
   # source 0: rows 0, 2, 3 -> A = {0, 3}, B = {2}; source 1: A = {1}, B = {4};
   # source 2 has one row and source 3 none: no halves.
   np.testing.assert_allclose(a[0], [0.5, 0, 0, 0.5, 0, 0])
@@ -62,12 +65,12 @@ def _adam_states(grads_seq, b1=0.9, b2=0.95, eps=1e-8, lr=1e-2):
 def test_adam_preconditioner_is_what_optax_divides_by():
   g = [np.array([1.0, -2.0, 0.5]), np.array([0.5, 1.0, -1.0]), np.array([2.0, 0.0, 1.0])]
   _, state, _ = _adam_states(g)
-  p = bench.adam_preconditioner(state, eps=1e-8, b2=0.95)["w"]
+  p = inf.adam_preconditioner(state, eps=1e-8, b2=0.95)["w"]
   v = np.zeros(3)
   for gi in g:
     v = 0.95 * v + 0.05 * gi ** 2
   np.testing.assert_allclose(p, 1 / (np.sqrt(v / (1 - 0.95 ** 3)) + 1e-8), rtol=1e-5)
-  assert bench.adam_preconditioner(optax.adam(1e-2).init({"w": jnp.zeros(3)}), 1e-8, 0.95) is None
+  assert inf.adam_preconditioner(optax.adam(1e-2).init({"w": jnp.zeros(3)}), 1e-8, 0.95) is None
 
 
 def test_split_adam_step_sums_to_optax_update():
@@ -110,7 +113,7 @@ def test_row_grads_average_to_the_batch_gradient():
            "positions": np.array([list(range(6)), list(range(6)), [0, 1, 2, 0, 1, 2]], np.int32),
            "source_ids": np.array([0, 1, 0], np.int32)}
   params = init_params(cfg, jax.random.key(0))
-  g_B, tok = bench.make_row_grads(model, True)(params, batch)
+  g_B, tok = inf.make_row_grads(model, True)(params, batch)
   np.testing.assert_allclose(tok, [6, 4, 6])
   tok = np.asarray(tok, np.float64)
   mean = jax.tree.map(lambda g: np.tensordot(tok / tok.sum(), np.asarray(g), axes=1), g_B)
@@ -158,7 +161,7 @@ def test_gauss_newton_product_against_the_dense_matrix():
   dense, flat, unravel = _dense_gauss_newton(model, params, batch)
   v = np.random.default_rng(4).normal(size=flat.size).astype(np.float32)
   got = jax.flatten_util.ravel_pytree(
-      bench.make_gauss_newton(model, True)(params, batch, unravel(jnp.asarray(v))))[0]
+      inf.make_gauss_newton(model, True)(params, batch, unravel(jnp.asarray(v))))[0]
   np.testing.assert_allclose(got, dense @ v, rtol=1e-3, atol=1e-6)
 
 
@@ -170,7 +173,7 @@ def test_influence_solve_against_a_dense_solve():
   rhs = rng.normal(size=flat.size)
   lam = 0.3
   expect = np.linalg.solve(dense + lam * np.diag(d), rhs)
-  got = bench.influence_solve(bench.make_gauss_newton(model, True), params, batch,
+  got = inf.influence_solve(inf.make_gauss_newton(model, True), params, batch,
                               unravel(jnp.asarray(d, jnp.float32)), lam,
                               unravel(jnp.asarray(rhs, jnp.float32)), iters=500, tol=1e-6)
   np.testing.assert_allclose(jax.flatten_util.ravel_pytree(got)[0], expect, rtol=2e-3,
@@ -213,7 +216,7 @@ def test_influence_lowrank_with_full_rank_matches_the_conjugate_gradient_solve()
   g = jax.grad(lambda p: bench.make_source_losses(model, 1, True)(p, batch)[0])(params)
   _, state = opt.update(g, state, params)
   n = jax.flatten_util.ravel_pytree(params)[0].size
-  exact, _ = bench.influence(model, True, params, state, batch, 1, 0.3, 1e-8, 0.95, iters=2000,
+  exact, _ = inf.influence(model, True, params, state, batch, 1, 0.3, 1e-8, 0.95, iters=2000,
                              tol=1e-7)
   low = bench.influence_lowrank(model, True, params, state, batch, 1, 0.3, 1e-8, 0.95, rank=n,
                                 start="random")
@@ -243,7 +246,7 @@ def test_influence_against_a_dense_solve_with_gradients_worked_out_alone():
   lam = 0.3
   expect = row_grad(0) @ np.linalg.solve(dense + lam * np.diag(d), row_grad(1))
   first_expect = row_grad(0) @ (row_grad(1) / d) / lam
-  b, first = bench.influence(model, True, params, state, jax.tree.map(np.asarray, batch), 2, lam,
+  b, first = inf.influence(model, True, params, state, jax.tree.map(np.asarray, batch), 2, lam,
                              1e-8, 0.95, iters=3000, tol=1e-8)
   np.testing.assert_allclose(b, [0.0, expect], rtol=3e-3, atol=1e-9)
   np.testing.assert_allclose(first, [0.0, first_expect], rtol=1e-4, atol=1e-9)
