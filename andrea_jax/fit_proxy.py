@@ -401,8 +401,13 @@ def fit_influence(config: ml_collections.ConfigDict, workdir: str, *,
   record = os.path.join(workdir, "pilot.json")
   found = None
   if os.path.exists(record):
-    with open(record) as f:
-      found = json.load(f)
+    try:
+      with open(record) as f:
+        found = json.load(f)
+      if not isinstance(found, dict) or not isinstance(found.get("result"), dict):
+        raise ValueError("not a pilot's record")
+    except ValueError as e:       # json's errors included
+      raise ValueError(f"{record} is damaged ({e}): delete it to run the pilot again") from None
     changed = _changed(found.get("settings"), settings)
     if changed:
       raise ValueError(f"{record} holds a pilot of another config ({', '.join(changed[:5])}"

@@ -208,6 +208,12 @@ ARMS = {
     # 0.13M; r 0.93 with the half-length probes' power-1.5 mixture), the same schedule and power as
     # proxy_half_p15_early. Fixed before its runs.
     "influence_pilot_p15_early": ("static", "influence_pilot_p15_early"),
+    # The same pilot as the command gives it (python -m andrea_jax.fit_proxy --method influence):
+    # 10 conjugate-gradient iterations per source, the Gauss-Newton matrix on all 128 rows or on
+    # the first batch's 32 (bench/influence_pilot.py; r 0.992 and 0.976 with the 100-iteration
+    # pilot's power-1.5 mixture). Fixed before their runs.
+    "influence_cg10_p15_early": ("static", "influence_cg10_p15_early"),
+    "influence_cg10_gn32_p15_early": ("static", "influence_cg10_gn32_p15_early"),
 }
 
 # The designed probes of andrea_jax.curriculum.proxy: 20 static mixtures over the 16 sources, each
@@ -307,13 +313,22 @@ PROXY_HALF_4X128_ELASTICITY = (0.150, 0.100, 0.125, 0.194, 0.309, 0.042, -0.015,
 # pilot run's gradients, in the same units (r 0.90 with PROXY_HALF_ELASTICITY).
 INFLUENCE_PILOT_ELASTICITY = (0.046, 0.056, 0.068, 0.095, 0.170, 0.053, 0.031, 0.245, 0.184,
                               0.391, 0.190, 0.154, 0.446, 0.176, 0.259, 0.027)
+# The same from ``python -m andrea_jax.fit_proxy --method influence`` (``bench/influence_pilot.py``,
+# the same pilot and steps): 10 CG iterations per source with the Gauss-Newton matrix on all 128
+# rows (the command's default), and on the first batch's 32 rows (the gradients on all 128).
+INFLUENCE_CG10_ELASTICITY = (0.035, 0.037, 0.042, 0.069, 0.130, 0.038, 0.024, 0.162, 0.095,
+                             0.233, 0.133, 0.094, 0.278, 0.117, 0.153, 0.020)
+INFLUENCE_CG10_GN32_ELASTICITY = (0.047, 0.044, 0.060, 0.098, 0.253, 0.046, 0.031, 0.245, 0.159,
+                                  0.406, 0.208, 0.144, 0.515, 0.160, 0.215, 0.031)
 PROXY_FITS = {"proxy_early": PROXY_ELASTICITY, "proxy_half_early": PROXY_HALF_ELASTICITY,
               "proxy_quarter_early": PROXY_QUARTER_ELASTICITY,
               "proxy_schedule_early": PROXY_SCHEDULE_ELASTICITY,
               "proxy_schedule_short_early": PROXY_SCHEDULE_SHORT_ELASTICITY,
               "proxy_half_4x128_early": PROXY_HALF_4X128_ELASTICITY,
               "proxy_half_p15_early": PROXY_HALF_ELASTICITY,
-              "influence_pilot_p15_early": INFLUENCE_PILOT_ELASTICITY}
+              "influence_pilot_p15_early": INFLUENCE_PILOT_ELASTICITY,
+              "influence_cg10_p15_early": INFLUENCE_CG10_ELASTICITY,
+              "influence_cg10_gn32_p15_early": INFLUENCE_CG10_GN32_ELASTICITY}
 # Fits at two proxy sizes read at the target's: per source, b as a line in ln(parameters) through
 # the 2 x 64 and 4 x 128 half-length fits (proxy.scale_elasticity), at the parameter count of the
 # model the arm trains (bench/compare_mixers.py --layers/--d-model included: fit_to_model), the
@@ -324,7 +339,8 @@ SCALED_FITS = {"proxy_scaled_early": _TWO_SIZES, "proxy_scaled_p15_early": _TWO_
 # The power of proxy.elasticity_mixture per proxy kind (1 where absent): the mixture proportional
 # to max(b, floor) ** power.
 SHARPEN = {"proxy_scaled_p15_early": 1.5, "proxy_scaled_p2_early": 2.0,
-           "proxy_half_p15_early": 1.5, "influence_pilot_p15_early": 1.5}
+           "proxy_half_p15_early": 1.5, "influence_pilot_p15_early": 1.5,
+           "influence_cg10_p15_early": 1.5, "influence_cg10_gn32_p15_early": 1.5}
 
 FITTED_MIXTURE = fitted_mixture("fitted")
 REFITTED_MIXTURE = fitted_mixture("refitted")
