@@ -21,6 +21,14 @@ at half the cost.
 ``--probes=schedule`` runs each probe as the target runs (its mixture for the first ``--hold``,
 uniform after) and fits the losses after the switch (``--stop 1 --late 0.25``).
 
+``--method influence`` replaces the 20 probes with one uniform pilot run of the config, stopped
+after its last measurement (step 379 of 800 by default), whose truncated-horizon influence
+(:mod:`andrea_jax.curriculum.influence`) is measured at ``--at`` (fractions of
+``train.num_steps``) with ``--cg_iters`` conjugate-gradient iterations per source and the
+Gauss-Newton matrix on ``--gn_rows`` rows (0: all), into
+``<workdir>/pilot.json`` (reused when run again with the same config) and the same
+``proxy_fit.json`` (:func:`fit_influence`).
+
 The second command trains the config file the probes were made from (*without* the proxy's
 overrides: the target's own model) under that mixture for the first ``hold`` of its steps, then
 the uniform mixture (``experiments/proxy.py``). Measured on the built-in corpus
@@ -330,9 +338,10 @@ def pilot_cost(pilot: ml_collections.ConfigDict, target: ml_collections.ConfigDi
   ``steps_run`` training steps and ``measurements`` measurements of ``rows`` rows
   (:func:`andrea_jax.curriculum.influence.measurement_tokens`: an upper bound)."""
   from andrea_jax.curriculum import influence
-  tokens = (steps_run * int(pilot.data.global_batch_size) * int(pilot.data.seq_len)
-            + measurements * influence.measurement_tokens(num_sources, rows, int(pilot.data.seq_len),
-                                                          iters, gn_rows))
+  seq_len = int(pilot.data.seq_len)
+  tokens = (steps_run * int(pilot.data.global_batch_size) * seq_len
+            + measurements * influence.measurement_tokens(num_sources, rows, seq_len, iters,
+                                                          gn_rows))
   return (tokens * model_params(pilot) / (int(target.train.num_steps) * int(
       target.data.global_batch_size) * int(target.data.seq_len) * model_params(target)))
 
@@ -394,8 +403,8 @@ def fit_influence(config: ml_collections.ConfigDict, workdir: str, *,
                       gn_rows or None)
     target_params = model_params(target)
     print(f"one uniform pilot of {steps[-1] + batches} steps at {model_params(config):,} "
-          f"parameters, measured at steps {', '.join(map(str, steps))} ({len(sources)} solves of at "
-          f"most {iters + 1} Gauss-Newton products on {gn_rows or rows} rows each): at most "
+          f"parameters, measured at steps {', '.join(map(str, steps))} ({len(sources)} solves "
+          f"of at most {iters + 1} Gauss-Newton products on {gn_rows or rows} rows each): at most "
           f"{cost:.3g} runs of the target ({target_params:,} parameters, "
           f"{int(target.train.num_steps)} steps) in parameters x tokens", flush=True)
   record = os.path.join(workdir, "pilot.json")

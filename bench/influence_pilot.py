@@ -1,7 +1,8 @@
 r"""The influence pilot end to end: what ``python -m andrea_jax.fit_proxy --method influence`` costs
 and whether its cheap settings give the exact solves' mixture.
 
-    .venv/bin/python bench/influence_pilot.py [--out runs/influence_pilot] [--variants cg10,cg10_gn32]
+    .venv/bin/python bench/influence_pilot.py [--out runs/influence_pilot] \
+        [--variants cg10,cg10_gn32]
 
 The study's uniform config at the tuning seed (``experiments/compare_mixers.py:uniform``,
 ``--config.seed=100``: 0.13M parameters, 800 steps of 32 x 64 tokens) is the pilot, as the screen

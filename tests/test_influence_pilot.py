@@ -208,7 +208,8 @@ def test_a_damaged_pilot_record_is_named(tmp_path):
   config = fit_proxy.load_config_file(str(ROOT / "experiments" / "tiny.py"))
   message = r"pilot.json: the pilot's elasticities are not 16 finite numbers"
   with pytest.raises(ValueError, match=message):
-    fit_proxy.fit_influence(config, str(tmp_path), pilot_fn=_fake_pilot([], b=[0.1] * 15 + [np.nan]))
+    fit_proxy.fit_influence(config, str(tmp_path),
+                            pilot_fn=_fake_pilot([], b=[0.1] * 15 + [np.nan]))
   with pytest.raises(ValueError, match=message):     # kept, and refused again when read back
     fit_proxy.fit_influence(config, str(tmp_path), pilot_fn=_fake_pilot([]))
   record = tmp_path / "pilot.json"

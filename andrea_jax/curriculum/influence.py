@@ -198,7 +198,8 @@ def pilot(config, steps: Sequence[int], *, batches: int = 4, iters: int = 10,
           log: Callable[[str], None] | None = None) -> dict:
   """Trains ``config`` (its own mixture: make it uniform) from step 0 and measures the influence of
   its state at each of ``steps`` on the batches of that step and the ``batches - 1`` after it
-  (which it then trains on; the windows of two measurements may overlap), with ``lambda = 1 / sum_{t' < t} lr_{t'}`` of the run's own schedule.
+  (which it then trains on; the windows of two measurements may overlap), with ``lambda = 1 /
+  sum_{t' < t} lr_{t'}`` of the run's own schedule.
   Stops after the last batch measured.
 
   Returns ``{"b": [S] mean over the measurements, "sources", "measurements": [{"step", "lambda",
