@@ -31,6 +31,15 @@ way its fit is scored as an arm of its own on seeds 0-8 against uniform
 command gives a user. ``cg10_gn32`` becomes the default only if its r with the exact pilot's is
 >= 0.95 too and its arm, scored on the same nine seeds, reaches uniform's final loss at least as
 soon as ``cg10``'s (mean steps); otherwise it is recorded only.
+
+At 0.85M (the 4 x 128 model, the same command with ``--config.model.num_layers=4
+--config.model.d_model=128 --config.model.num_heads=4 --config.model.d_mlp=512``): the
+``cg10_gn32`` pilot was run first and looked at before any rule was set for that size. Its
+mixture has r 0.47 with the 0.85M probes' (``PROXY_HALF_4X128_ELASTICITY``): single measurements
+on 32 rows there are heavy-tailed (``repo-docs`` 0.02-2.09, ``extra-05`` 0.40-2.02 across the
+four). The rule for the ``cg10`` pilot at 0.85M (the matrix on all 128 rows), fixed in this file
+before its run: scored on seeds 0-2 at 0.85M against uniform if its power-1.5 mixture has r >= 0.9
+with the 0.85M probes'; otherwise recorded only.
 """
 
 from __future__ import annotations
