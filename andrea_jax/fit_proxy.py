@@ -25,7 +25,7 @@ uniform after) and fits the losses after the switch (``--stop 1 --late 0.25``).
 after its last measurement (step 379 of 800 by default), whose truncated-horizon influence
 (:mod:`andrea_jax.curriculum.influence`) is measured at ``--at`` (fractions of
 ``train.num_steps``) with ``--cg_iters`` conjugate-gradient iterations per source and the
-Gauss-Newton matrix on ``--gn_rows`` rows (0: all), into
+Gauss-Newton matrix on ``--gn_rows`` rows (default: the measured step's own batch; 0: all), into
 ``<workdir>/pilot.json`` (reused when run again with the same config) and the same
 ``proxy_fit.json`` (:func:`fit_influence`).
 
@@ -348,14 +348,16 @@ def pilot_cost(pilot: ml_collections.ConfigDict, target: ml_collections.ConfigDi
 
 def fit_influence(config: ml_collections.ConfigDict, workdir: str, *,
                   at: Sequence[float] = PILOT_AT, batches: int = 4, iters: int = 10,
-                  gn_rows: int = 0, lam: float = 1.0, hold: float = 0.5, power: float = 1.5,
+                  gn_rows: int | None = None, lam: float = 1.0, hold: float = 0.5, power: float = 1.5,
                   config_file: str | None = None,
                   target: ml_collections.ConfigDict | None = None,
                   pilot_fn: Callable | None = None) -> dict:
   """One uniform pilot run of ``config`` in place of the probes: its truncated-horizon influence
   (:mod:`andrea_jax.curriculum.influence`) measured at the steps ``at`` (fractions of
   ``train.num_steps``) on ``batches`` batches each, ``iters`` conjugate-gradient iterations per
-  source, the Gauss-Newton matrix on the first ``gn_rows`` rows of them (0: all), averaged.
+  source, the Gauss-Newton matrix on the first ``gn_rows`` rows of them (``None``: one batch,
+  ``data.global_batch_size`` rows, the measured step's own; 0: all), averaged. The defaults are the
+  settings measured best on the built-in corpus (``bench/influence_pilot.py``).
 
   Writes ``<workdir>/proxy_fit.json`` with the fields :func:`fit` writes that the target run reads
   (``sources``, ``b``, ``mixture``, ``lam``, ``power``, ``hold``, ``num_steps``, ``config_file``,
@@ -372,6 +374,8 @@ def fit_influence(config: ml_collections.ConfigDict, workdir: str, *,
       raise ValueError(f"{name} must be in {'(' if low_open else '['}0, 1], got {value!r}")
   if not (power > 0 and math.isfinite(power)):
     raise ValueError(f"power must be a finite number > 0, got {power!r}")
+  if gn_rows is None:
+    gn_rows = int(config.data.global_batch_size)
   for name, value, least in (("batches", batches, 1), ("iters", iters, 1), ("gn_rows", gn_rows, 0)):
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
       raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
@@ -517,8 +521,9 @@ def run() -> None:
                     "fractions of train.num_steps")
   flags.DEFINE_integer("batches", 4, "influence: the batches each measurement reads")
   flags.DEFINE_integer("cg_iters", 10, "influence: conjugate-gradient iterations per source")
-  flags.DEFINE_integer("gn_rows", 0, "influence: the rows the Gauss-Newton matrix is read on "
-                       "(0: all the measurement's rows)")
+  flags.DEFINE_integer("gn_rows", None, "influence: the rows the Gauss-Newton matrix is read on "
+                       "(default: one batch, the measured step's own; 0: all the measurement's "
+                       "rows)")
   flags.mark_flags_as_required(["config", "workdir"])
   app.run(main)
 

@@ -10,10 +10,10 @@ The study's uniform config at the tuning seed (``experiments/compare_mixers.py:u
 steps 300, 325, 350 and 375 on the four batches from each, the four estimates averaged. Each
 variant runs the command's own code (:func:`andrea_jax.fit_proxy.fit_influence`) in this process:
 
-* ``cg10``: the command's defaults, 10 conjugate-gradient iterations per source, the
-  Gauss-Newton matrix on all 128 rows of a measurement;
+* ``cg10``: 10 conjugate-gradient iterations per source, the Gauss-Newton matrix on all 128 rows
+  of a measurement (the command's first default, ``--gn_rows 0`` now);
 * ``cg10_gn32``: the same with the matrix on the first batch only (32 rows; the gradients still on
-  all 128), a quarter of the products' cost;
+  all 128), a quarter of the products' cost (the command's default since the rule below chose it);
 * ``cg100``: the screen's 100 iterations (the exact solve's mixture: ``INFLUENCE_PILOT_ELASTICITY``
   is its recorded fit), for the record.
 
@@ -24,13 +24,19 @@ in the same process), the estimated compute in runs (parameters x tokens,
 mixture with the recorded exact pilot's (``INFLUENCE_PILOT_ELASTICITY``) and with the 20
 half-length probes' (``PROXY_HALF_ELASTICITY``).
 
-The rule, fixed in this file's first commit before any of its numbers: the command's default
+The rule, fixed in this file's first commit before any of its numbers: the command's default then
 (``cg10``) keeps the exact pilot's arm if its mixture has r >= 0.95 with the exact pilot's; either
 way its fit is scored as an arm of its own on seeds 0-8 against uniform
 (``influence_cg10_p15_early``: power 1.5 for the first half, then uniform), since it is what the
 command gives a user. ``cg10_gn32`` becomes the default only if its r with the exact pilot's is
 >= 0.95 too and its arm, scored on the same nine seeds, reaches uniform's final loss at least as
 soon as ``cg10``'s (mean steps); otherwise it is recorded only.
+
+Found (``bench/RESULTS.md``, "The pilot as a command"): ``cg10`` r 0.992 with the exact pilot's
+mixture, 2.9 runs' wall; ``cg10_gn32`` r 0.976, 0.9 runs' wall. Scored on seeds 0-8 against
+uniform: ``cg10`` 20.0% fewer steps (-0.047 ± 0.012), ``cg10_gn32`` 24.4% (-0.065 ± 0.013, every
+seed 21.6-27.6%; ahead of ``cg10`` on all nine, -0.018 ± 0.005), so ``cg10_gn32`` is the
+command's default.
 
 At 0.85M (the 4 x 128 model, the same command with ``--config.model.num_layers=4
 --config.model.d_model=128 --config.model.num_heads=4 --config.model.d_mlp=512``): the

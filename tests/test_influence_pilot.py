@@ -148,12 +148,12 @@ def test_the_fit_file_is_the_probes_format_and_the_pilot_is_reused(tmp_path, mon
   out = fit_proxy.fit_influence(config, str(tmp_path), target=tiny, pilot_fn=_fake_pilot(calls),
                                 config_file="experiments/tiny.py")
   n = tiny.train.num_steps                            # 1000: steps 375, 406, 438, 469
-  assert calls == [([375, 406, 438, 469], 4, 10, None, "static")]
+  assert calls == [([375, 406, 438, 469], 4, 10, 32, "static")]   # G on one batch
   b = np.linspace(-0.05, 0.5, 16)
   np.testing.assert_allclose(out["mixture"], proxy.elasticity_mixture(b, power=1.5))
-  # the cost by hand: 473 steps of 32 x 64 tokens, four measurements of 128 rows with 16 x 11
-  # products each, at 132,864 parameters; the target runs 1000 steps at 858,880
-  tokens = 473 * 32 * 64 + 4 * (128 + 16 * 11 * 128) * 64
+  # the cost by hand: 473 steps of 32 x 64 tokens, four measurements of 128 rows' gradients and
+  # 16 x 11 products on 32 rows each, at 132,864 parameters; the target runs 1000 steps at 858,880
+  tokens = 473 * 32 * 64 + 4 * (128 + 16 * 11 * 32) * 64
   assert out["probe_cost"] == pytest.approx(tokens * 132_864 / (n * 32 * 64 * 858_880))
   with open(tmp_path / "proxy_fit.json") as f:
     assert json.load(f)["method"] == "influence"
@@ -178,6 +178,13 @@ def simulate_weights(config, n):
   from andrea_jax.curriculum import simulate
   spec = runconfig.build(config).curriculum_spec
   return simulate.simulate(spec, jax.random.key(0), n).weights
+
+
+def test_gn_rows_zero_reads_the_matrix_on_every_row(tmp_path):
+  calls = []
+  out = fit_proxy.fit_influence(fit_proxy.load_config_file(str(ROOT / "experiments" / "tiny.py")),
+                                str(tmp_path), gn_rows=0, pilot_fn=_fake_pilot(calls))
+  assert calls[0][3] is None and out["gn_rows"] == 0
 
 
 @pytest.mark.parametrize("kwargs, message", [
