@@ -173,6 +173,23 @@ def probe_cost(probe: ml_collections.ConfigDict, target: ml_collections.ConfigDi
           / (int(target.train.num_steps) * tokens(target) * model_params(target)))
 
 
+def _check_target_schedule(target: ml_collections.ConfigDict, sources: Sequence[str],
+                           hold: float) -> None:
+  """A ``ValueError`` if the target run's schedule (a mixture for ``hold`` of its steps, then
+  uniform) is invalid, e.g. a hold shorter than a phase."""
+  from andrea_jax import runconfig
+  from andrea_jax.curriculum import proxy
+  check = target.copy_and_resolve_references()
+  check.curriculum.strategy = "static"
+  check.curriculum.geometries = proxy.proxy_schedule(
+      np.full(len(sources), 1 / len(sources)), int(check.train.num_steps), hold=hold,
+      sources=sources)
+  try:
+    runconfig.build(check)
+  except ValueError as e:
+    raise ValueError(f"hold = {hold} gives the target run an invalid schedule: {e}") from None
+
+
 def fit(config: ml_collections.ConfigDict, workdir: str, *, ratio: float = 4.0, lam: float = 1.0,
         hold: float = 0.5, stop: float = 0.5, late: float = 0.25, probes: str = "static",
         power: float = 1.5, config_file: str | None = None,
@@ -228,15 +245,7 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *, ratio: float = 4.0, 
                        f"{probe_steps} steps run (stop = {stop}) starts at step {first}: "
                        + (f"late <= {most:.3g} fits" if most > 0 else "raise stop or lower hold"))
   # The target's schedule must be valid before any probe runs (a hold too short for a phase).
-  check = (target if target is not None else config).copy_and_resolve_references()
-  check.curriculum.strategy = "static"
-  check.curriculum.geometries = proxy.proxy_schedule(
-      np.full(len(sources), 1 / len(sources)), int(check.train.num_steps), hold=hold,
-      sources=sources)
-  try:
-    runconfig.build(check)
-  except ValueError as e:
-    raise ValueError(f"hold = {hold} gives the target run an invalid schedule: {e}") from None
+  _check_target_schedule(target if target is not None else config, sources, hold)
   cost = None
   if target is not None:
     cost = probe_cost(config, target, len(mixtures), probe_steps)
@@ -390,15 +399,7 @@ def fit_influence(config: ml_collections.ConfigDict, workdir: str, *,
   uniform = probe_config(config, np.full(len(sources), 1 / len(sources)), sources,
                          stop_step=steps[-1] + batches)
   # The target's schedule must be valid before the pilot runs (a hold too short for a phase).
-  check = (target if target is not None else config).copy_and_resolve_references()
-  check.curriculum.strategy = "static"
-  check.curriculum.geometries = proxy.proxy_schedule(
-      np.full(len(sources), 1 / len(sources)), int(check.train.num_steps), hold=hold,
-      sources=sources)
-  try:
-    runconfig.build(check)
-  except ValueError as e:
-    raise ValueError(f"hold = {hold} gives the target run an invalid schedule: {e}") from None
+  _check_target_schedule(target if target is not None else config, sources, hold)
   settings = {"at": [float(f) for f in at], "batches": batches, "iters": iters,
               "gn_rows": gn_rows, "config": json.loads(uniform.to_json_best_effort(sort_keys=True))}
   cost = None
