@@ -137,7 +137,6 @@ from andrea_jax.curriculum.influence import (  # noqa: E402
     adam_preconditioner,
     halves,
     influence,
-    influence_solve,
     make_gauss_newton,
     make_row_grads,
 )
