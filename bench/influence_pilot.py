@@ -45,7 +45,14 @@ mixture has r 0.47 with the 0.85M probes' (``PROXY_HALF_4X128_ELASTICITY``): sin
 on 32 rows there are heavy-tailed (``repo-docs`` 0.02-2.09, ``extra-05`` 0.40-2.02 across the
 four). The rule for the ``cg10`` pilot at 0.85M (the matrix on all 128 rows), fixed in this file
 before its run: scored on seeds 0-2 at 0.85M against uniform if its power-1.5 mixture has r >= 0.9
-with the 0.85M probes'; otherwise recorded only.
+with the 0.85M probes'; otherwise recorded only. Found: r 0.86 (2.2 runs' wall there): recorded
+only. (The median of the four measurements in place of their mean, looked at afterwards and
+deciding nothing: r 0.92.)
+
+Fresh seeds, fixed before their runs: the default's arm and the probes' (``proxy_half_p15_early``)
+against uniform on seeds 9-14, never used to pick anything (``python bench/compare_mixers.py
+--no-overhead --name influence_fresh --seeds 9,10,11,12,13,14 --arms
+uniform,proxy_half_p15_early,influence_cg10_gn32_p15_early``), reported whatever they show.
 """
 
 from __future__ import annotations
