@@ -49,6 +49,11 @@ with the 0.85M probes'; otherwise recorded only. Found: r 0.86 (2.2 runs' wall t
 only. (The median of the four measurements in place of their mean, looked at afterwards and
 deciding nothing: r 0.92.)
 
+A third 0.85M pilot, fixed before its run: twice the gradient rows (``--batches 8``: 16 rows of
+each source, 8 in each half), the matrix on the first 128 of them (``--gn_rows 128``), 10
+iterations; the same rule (seeds 0-2 at 0.85M against uniform if r >= 0.9 with the 0.85M
+probes').
+
 Fresh seeds, fixed before their runs: the default's arm and the probes' (``proxy_half_p15_early``)
 against uniform on seeds 9-14, never used to pick anything (``python bench/compare_mixers.py
 --no-overhead --name influence_fresh --seeds 9,10,11,12,13,14 --arms
