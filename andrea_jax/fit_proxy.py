@@ -357,7 +357,8 @@ def pilot_cost(pilot: ml_collections.ConfigDict, target: ml_collections.ConfigDi
 
 def fit_influence(config: ml_collections.ConfigDict, workdir: str, *,
                   at: Sequence[float] = PILOT_AT, batches: int = 4, iters: int = 10,
-                  gn_rows: int | None = None, lam: float = 1.0, hold: float = 0.5, power: float = 1.5,
+                  gn_rows: int | None = None, source_batch: int | None = None,
+                  lam: float = 1.0, hold: float = 0.5, power: float = 1.5,
                   config_file: str | None = None,
                   target: ml_collections.ConfigDict | None = None,
                   pilot_fn: Callable | None = None) -> dict:
@@ -366,7 +367,8 @@ def fit_influence(config: ml_collections.ConfigDict, workdir: str, *,
   ``train.num_steps``) on ``batches`` batches each, ``iters`` conjugate-gradient iterations per
   source, the Gauss-Newton matrix on the first ``gn_rows`` rows of them (``None``: one batch,
   ``data.global_batch_size`` rows, the measured step's own; 0: all), averaged. The defaults are the
-  settings measured best on the built-in corpus (``bench/influence_pilot.py``).
+  settings measured best on the built-in corpus (``bench/influence_pilot.py``). ``source_batch``:
+  the sources solved at once (``None``: all; fewer on a large model, for memory).
 
   Writes ``<workdir>/proxy_fit.json`` with the fields :func:`fit` writes that the target run reads
   (``sources``, ``b``, ``mixture``, ``lam``, ``power``, ``hold``, ``num_steps``, ``config_file``,
@@ -383,6 +385,9 @@ def fit_influence(config: ml_collections.ConfigDict, workdir: str, *,
       raise ValueError(f"{name} must be in {'(' if low_open else '['}0, 1], got {value!r}")
   if not (power > 0 and math.isfinite(power)):
     raise ValueError(f"power must be a finite number > 0, got {power!r}")
+  if source_batch is not None and (isinstance(source_batch, bool) or not isinstance(
+      source_batch, int) or source_batch < 1):
+    raise ValueError(f"source_batch must be an integer >= 1, got {source_batch!r}")
   if gn_rows is None:
     gn_rows = int(config.data.global_batch_size)
   for name, value, least in (("batches", batches, 1), ("iters", iters, 1), ("gn_rows", gn_rows, 0)):
@@ -430,7 +435,7 @@ def fit_influence(config: ml_collections.ConfigDict, workdir: str, *,
   if found is None:
     os.makedirs(workdir, exist_ok=True)
     result = (pilot_fn or influence.pilot)(uniform, steps, batches=batches, iters=iters,
-                                           gn_rows=gn_rows or None,
+                                           gn_rows=gn_rows or None, source_batch=source_batch,
                                            log=lambda m: print(m, flush=True))
     found = {"settings": settings, "result": result}
     with open(record, "w") as f:
@@ -473,6 +478,7 @@ def main(argv: Sequence[str]) -> None:
     if FLAGS.method == "influence":
       out = fit_influence(config_flag.value, FLAGS.workdir, at=[float(f) for f in FLAGS.at],
                           batches=FLAGS.batches, iters=FLAGS.cg_iters, gn_rows=FLAGS.gn_rows,
+                          source_batch=FLAGS.source_batch,
                           lam=FLAGS.lam, hold=FLAGS.hold, power=FLAGS.power,
                           config_file=config_file, target=load_config_file(config_file))
     else:
@@ -525,6 +531,8 @@ def run() -> None:
   flags.DEFINE_integer("gn_rows", None, "influence: the rows the Gauss-Newton matrix is read on "
                        "(default: one batch, the measured step's own; 0: all the measurement's "
                        "rows)")
+  flags.DEFINE_integer("source_batch", None, "influence: the sources' solves run at once "
+                       "(default all; fewer on a large model, for memory)")
   flags.mark_flags_as_required(["config", "workdir"])
   app.run(main)
 

@@ -67,12 +67,12 @@ def _dense_expectation(model, params, state, batch, lam, gn_rows):
                    for s, (a, b) in enumerate(((0, 2), (1, 3)))])
 
 
-@pytest.mark.parametrize("gn_rows", [None, 2])
-def test_sources_solved_at_once_against_dense_solves(gn_rows):
+@pytest.mark.parametrize("gn_rows, source_batch", [(None, None), (2, None), (None, 2)])
+def test_sources_solved_at_once_against_dense_solves(gn_rows, source_batch):
   model, params, state, batch = _four_rows()
   expect = _dense_expectation(model, params, state, batch, 0.3, 4 if gn_rows is None else gn_rows)
   b, _ = inf.influence(model, True, params, state, batch, 3, 0.3, 1e-8, 0.95, iters=3000,
-                       tol=1e-8, gn_rows=gn_rows)
+                       tol=1e-8, gn_rows=gn_rows, source_batch=source_batch)
   np.testing.assert_allclose(b, [*expect, 0.0], rtol=3e-3, atol=1e-9)   # source 2 has no rows
   if gn_rows is not None:   # the matrix of two rows is not the matrix of four
     full = _dense_expectation(model, params, state, batch, 0.3, 4)
@@ -132,7 +132,7 @@ def test_the_pilot_measures_the_state_before_each_step_on_that_steps_batches(dat
 
 
 def _fake_pilot(calls, b=np.linspace(-0.05, 0.5, 16)):
-  def fn(config, steps, batches, iters, gn_rows, log):
+  def fn(config, steps, batches, iters, gn_rows, source_batch, log):
     calls.append((list(steps), batches, iters, gn_rows, config.curriculum.strategy))
     return {"b": list(b), "sources": list(SOURCES), "steps_run": steps[-1] + batches,
             "measurements": [{"step": t, "lambda": 1.0, "b": list(b), "first_order": list(b)}
@@ -196,6 +196,7 @@ def test_gn_rows_zero_reads_the_matrix_on_every_row(tmp_path):
     ({"at": [0.998]}, r"at = 0.998 puts the last measurement at step 998, whose 4 batches run "
                       r"past train.num_steps = 1000"),
     ({"iters": 0}, r"iters must be an integer >= 1, got 0"),
+    ({"source_batch": 0}, r"source_batch must be an integer >= 1, got 0"),
     ({"batches": 1.5}, r"batches must be an integer >= 1, got 1.5"),
     ({"gn_rows": 129}, r"gn_rows = 129 is more than the 128 rows a measurement reads \(4 batches "
                        r"of data.global_batch_size = 32\)"),

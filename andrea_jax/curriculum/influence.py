@@ -131,7 +131,7 @@ def influence_solve(gnvp, params, batch, diag_pinv, lam: float, rhs, iters: int,
 
 
 def make_influence(model, document_mask: bool, iters: int, tol: float = CG_TOL,
-                   gn_rows: int | None = None) -> Callable:
+                   gn_rows: int | None = None, source_batch: int | None = None) -> Callable:
   """The measurement, compiled once: ``f(params, opt_state, batch, num_sources, lam, eps, b2) ->
   (b [S], first [S])``.
 
@@ -139,13 +139,18 @@ def make_influence(model, document_mask: bool, iters: int, tol: float = CG_TOL,
   influence (the module's docstring), ``first`` the first order at the same horizon, ``w_s <g_s^A,
   P g_s^B> / lam`` (for the record). ``G`` is read on the first ``gn_rows`` rows of the batch
   (``None``: all of them); the gradients always on all. A source with fewer than two rows gets 0.
+  The sources' solves run ``source_batch`` at a time (``jax.lax.map``; ``None``: all at once):
+  each holds a few vectors of the parameters' size, so on a large model solve fewer at once.
   """
   import jax
   import jax.numpy as jnp
   row_grads = make_row_grads(model, document_mask)
   gnvp = make_gauss_newton(model, document_mask)
-  solve_all = jax.jit(lambda p, bt, d, l, rhs_S: jax.vmap(
-      lambda r: influence_solve(gnvp, p, bt, d, l, r, iters, tol))(rhs_S))
+  if source_batch is not None and source_batch < 1:
+    raise ValueError(f"source_batch must be None or >= 1, got {source_batch!r}")
+  solve_all = jax.jit(lambda p, bt, d, l, rhs_S: jax.lax.map(
+      lambda r: influence_solve(gnvp, p, bt, d, l, r, iters, tol), rhs_S,
+      batch_size=source_batch))
   forms = jax.jit(lambda a_S, x_S: sum(
       (a * x).reshape(a.shape[0], -1).sum(-1)
       for a, x in zip(jax.tree.leaves(a_S), jax.tree.leaves(x_S))))
@@ -176,9 +181,10 @@ def make_influence(model, document_mask: bool, iters: int, tol: float = CG_TOL,
 
 def influence(model, document_mask: bool, params, opt_state, batch: dict, num_sources: int,
               lam: float, eps: float, b2: float, iters: int = 100, tol: float = CG_TOL,
-              gn_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+              gn_rows: int | None = None,
+              source_batch: int | None = None) -> tuple[np.ndarray, np.ndarray]:
   """One measurement (:func:`make_influence`, compiled for this call alone)."""
-  return make_influence(model, document_mask, iters, tol, gn_rows)(
+  return make_influence(model, document_mask, iters, tol, gn_rows, source_batch)(
       params, opt_state, batch, num_sources, lam, eps, b2)
 
 
@@ -194,12 +200,13 @@ def measurement_tokens(num_sources: int, rows: int, seq_len: int, iters: int,
 
 
 def pilot(config, steps: Sequence[int], *, batches: int = 4, iters: int = 10,
-          tol: float = CG_TOL, gn_rows: int | None = None,
+          tol: float = CG_TOL, gn_rows: int | None = None, source_batch: int | None = None,
           log: Callable[[str], None] | None = None) -> dict:
   """Trains ``config`` (its own mixture: make it uniform) from step 0 and measures the influence of
   its state at each of ``steps`` on the batches of that step and the ``batches - 1`` after it
   (which it then trains on; the windows of two measurements may overlap), with ``lambda = 1 /
-  sum_{t' < t} lr_{t'}`` of the run's own schedule.
+  sum_{t' < t} lr_{t'}`` of the run's own schedule (``gn_rows``, ``source_batch``: as for
+  :func:`make_influence`).
   Stops after the last batch measured.
 
   Returns ``{"b": [S] mean over the measurements, "sources", "measurements": [{"step", "lambda",
@@ -228,7 +235,7 @@ def pilot(config, steps: Sequence[int], *, batches: int = 4, iters: int = 10,
   state = train.init_state(run, train.run_keys(config.seed))
   train_step = step.jit_step(run.step_config)
   sc = run.step_config
-  measure = make_influence(sc.model, sc.document_mask, iters, tol, gn_rows)
+  measure = make_influence(sc.model, sc.document_mask, iters, tol, gn_rows, source_batch)
   eps, b2 = float(config.optim.eps), float(config.optim.b2)
   num = len(run.sources)
   lr_sum, out, active = 0.0, [], []
