@@ -214,6 +214,10 @@ ARMS = {
     # pilot's power-1.5 mixture). Fixed before their runs.
     "influence_cg10_p15_early": ("static", "influence_cg10_p15_early"),
     "influence_cg10_gn32_p15_early": ("static", "influence_cg10_gn32_p15_early"),
+    # The pilot at 0.85M (the 4 x 128 model, seed 100), twice the gradient rows (--batches 8), the
+    # matrix on 128 rows: r 0.94 with the 0.85M probes' power-1.5 mixture, past the 0.9 its rule
+    # (bench/influence_pilot.py) asked. For the 4 x 128 model. Fixed before its runs.
+    "influence_b8_4x128_p15_early": ("static", "influence_b8_4x128_p15_early"),
 }
 
 # The designed probes of andrea_jax.curriculum.proxy: 20 static mixtures over the 16 sources, each
@@ -320,6 +324,10 @@ INFLUENCE_CG10_ELASTICITY = (0.035, 0.037, 0.042, 0.069, 0.130, 0.038, 0.024, 0.
                              0.233, 0.133, 0.094, 0.278, 0.117, 0.153, 0.020)
 INFLUENCE_CG10_GN32_ELASTICITY = (0.047, 0.044, 0.060, 0.098, 0.253, 0.046, 0.031, 0.245, 0.159,
                                   0.406, 0.208, 0.144, 0.515, 0.160, 0.215, 0.031)
+# The same command at 0.85M (``--config.model.num_layers=4 --config.model.d_model=128
+# --config.model.num_heads=4 --config.model.d_mlp=512 --batches 8 --gn_rows 128``).
+INFLUENCE_B8_4X128_ELASTICITY = (0.087, 0.064, 0.101, 0.154, 0.214, 0.107, 0.072, 0.249, 0.131,
+                                 0.432, 0.182, 0.251, 0.420, 0.135, 0.221, 0.070)
 PROXY_FITS = {"proxy_early": PROXY_ELASTICITY, "proxy_half_early": PROXY_HALF_ELASTICITY,
               "proxy_quarter_early": PROXY_QUARTER_ELASTICITY,
               "proxy_schedule_early": PROXY_SCHEDULE_ELASTICITY,
@@ -328,7 +336,8 @@ PROXY_FITS = {"proxy_early": PROXY_ELASTICITY, "proxy_half_early": PROXY_HALF_EL
               "proxy_half_p15_early": PROXY_HALF_ELASTICITY,
               "influence_pilot_p15_early": INFLUENCE_PILOT_ELASTICITY,
               "influence_cg10_p15_early": INFLUENCE_CG10_ELASTICITY,
-              "influence_cg10_gn32_p15_early": INFLUENCE_CG10_GN32_ELASTICITY}
+              "influence_cg10_gn32_p15_early": INFLUENCE_CG10_GN32_ELASTICITY,
+              "influence_b8_4x128_p15_early": INFLUENCE_B8_4X128_ELASTICITY}
 # Fits at two proxy sizes read at the target's: per source, b as a line in ln(parameters) through
 # the 2 x 64 and 4 x 128 half-length fits (proxy.scale_elasticity), at the parameter count of the
 # model the arm trains (bench/compare_mixers.py --layers/--d-model included: fit_to_model), the
@@ -340,7 +349,8 @@ SCALED_FITS = {"proxy_scaled_early": _TWO_SIZES, "proxy_scaled_p15_early": _TWO_
 # to max(b, floor) ** power.
 SHARPEN = {"proxy_scaled_p15_early": 1.5, "proxy_scaled_p2_early": 2.0,
            "proxy_half_p15_early": 1.5, "influence_pilot_p15_early": 1.5,
-           "influence_cg10_p15_early": 1.5, "influence_cg10_gn32_p15_early": 1.5}
+           "influence_cg10_p15_early": 1.5, "influence_cg10_gn32_p15_early": 1.5,
+           "influence_b8_4x128_p15_early": 1.5}
 
 FITTED_MIXTURE = fitted_mixture("fitted")
 REFITTED_MIXTURE = fitted_mixture("refitted")
