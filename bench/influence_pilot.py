@@ -52,7 +52,8 @@ deciding nothing: r 0.92.)
 A third 0.85M pilot, fixed before its run: twice the gradient rows (``--batches 8``: 16 rows of
 each source, 8 in each half), the matrix on the first 128 of them (``--gn_rows 128``), 10
 iterations; the same rule (seeds 0-2 at 0.85M against uniform if r >= 0.9 with the 0.85M
-probes'). Found: r 0.94 (0.91 on ``b``), so scored (``influence_b8_4x128_p15_early``).
+probes'). Found: r 0.94 (0.91 on ``b``), so scored (``influence_b8_4x128_p15_early``): 18.2%
+fewer steps on seeds 0-2 (-0.057 ± 0.010; the 0.85M probes' recipe 22.1%).
 
 Fresh seeds, fixed before their runs: the default's arm and the probes' (``proxy_half_p15_early``)
 against uniform on seeds 9-14, never used to pick anything (``python bench/compare_mixers.py
