@@ -120,7 +120,7 @@ def test_the_pilot_measures_the_state_before_each_step_on_that_steps_batches(dat
       kept[t] = (jax.device_get(state.params), jax.device_get(state.opt_state))
     state, _ = train_step(state, all_batches[-1])
   for m, t in zip(got["measurements"], steps):
-    lr_sum = sum(float(optax_schedule) for optax_schedule in map(sc.schedule, range(t)))
+    lr_sum = sum(float(sc.schedule(i)) for i in range(t))
     assert m["lambda"] == pytest.approx(1 / lr_sum, rel=1e-6)
     big = {k: np.concatenate([b[k] for b in all_batches[t:t + batches]]) for k in all_batches[0]}
     b, first = inf.influence(sc.model, sc.document_mask, *kept[t], big, 16, 1 / lr_sum,
