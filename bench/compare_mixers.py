@@ -41,9 +41,11 @@ mean held-out loss against step per arm (mean and min-max band over seeds) and t
 per-source loss against ``uniform``. The step times are kept in ``<out>/<name>_overhead.json``
 and reused (``--remeasure`` to measure again).
 
-``--tune`` runs instead the tuning budget (``TUNING``, three settings per strategy with knobs) at
-``TUNING_SEED`` and picks each strategy's setting on the *training* split: the equal-weight mean
-over sources of their training loss over the last 10% of steps. Write the picks into ``SELECTED``.
+``--tune`` runs instead the tuning budget (``TUNING``, three settings per strategy with knobs, and
+``TUNING_ARMS``, three arms for a recipe whose settings are geometries) at ``TUNING_SEED`` and
+picks each strategy's setting on the *training* split: the equal-weight mean over sources of their
+training loss over the last 10% of steps. Write the picks into ``SELECTED``. ``--tune
+influence,exp3`` runs only the strategies named (into ``<out>/tuning_influence_exp3.{md,json}``).
 
 ``--fit-elasticity``: instead of the report, fit each source's data elasticity on the training
 losses of the ``--arms`` runs (:func:`fit_elasticity`) and print the mixture it implies, the
@@ -788,31 +790,43 @@ def _config(exp, arm: str, seed: int, args, settings: dict | None = None):
   return exp.fit_to_model(c, arm)
 
 
-def tune(exp, args, runner) -> int:
-  """Runs every setting of ``TUNING`` at ``TUNING_SEED``; writes and prints the picks."""
+def tune(exp, args, runner, only: Sequence[str] | None = None) -> int:
+  """Runs every setting of ``TUNING`` and ``TUNING_ARMS`` (or of the strategies ``only``) at
+  ``TUNING_SEED``; writes and prints the picks."""
   from andrea_jax.sources import SOURCES
+  grids = {**{k: ("settings", v) for k, v in exp.TUNING.items()},
+           **{k: ("arms", v) for k, v in getattr(exp, "TUNING_ARMS", {}).items()}}
+  names = list(grids) if only is None else list(only)
   rows = [["strategy", "setting", "validation signal (train loss, last 10%)", "picked"]]
   picks = {}
-  for strategy, grid in exp.TUNING.items():
+  for strategy in names:
+    kind, grid = grids[strategy]
     scores = []
     for i, setting in enumerate(grid):
-      c = _config(exp, strategy, exp.TUNING_SEED, args, settings=setting)
-      workdir = os.path.join(args.out, "tune", strategy, f"setting{i}")
+      if kind == "arms":  # each setting is a whole arm of the experiment
+        c = _config(exp, setting, exp.TUNING_SEED, args)
+        workdir = os.path.join(args.out, "tune", strategy, setting)
+      else:
+        c = _config(exp, strategy, exp.TUNING_SEED, args, settings=setting)
+        workdir = os.path.join(args.out, "tune", strategy, f"setting{i}")
       run_arm(c, workdir, runner)
       scores.append(validation_signal(read_run(workdir, SOURCES)["train_loss"], args.num_steps))
     best = int(np.argmin(scores))
     picks[strategy] = grid[best]
     for i, (setting, score) in enumerate(zip(grid, scores)):
-      rows.append([strategy, json.dumps(setting), f"{score:.4f}", "yes" if i == best else ""])
+      rows.append([strategy, setting if kind == "arms" else json.dumps(setting), f"{score:.4f}",
+                   "yes" if i == best else ""])
   print(text_table(rows))
+  stem = "tuning" if only is None else "tuning_" + "_".join(names)
   os.makedirs(args.out, exist_ok=True)
-  with open(os.path.join(args.out, "tuning.md"), "w") as f:
+  with open(os.path.join(args.out, f"{stem}.md"), "w") as f:
     f.write(f"Tuning at seed {exp.TUNING_SEED}, {args.num_steps} steps; signal: equal-weight mean "
             "of the per-source training loss over the last 10% of steps.\n\n"
             + markdown_table(rows) + "\n")
-  with open(os.path.join(args.out, "tuning.json"), "w") as f:
+  with open(os.path.join(args.out, f"{stem}.json"), "w") as f:
     json.dump({"seed": exp.TUNING_SEED, "picks": picks, "rows": rows}, f, indent=1)
-  print(f"\npicks (copy into SELECTED of experiments/compare_mixers.py): {json.dumps(picks)}")
+  print(f"\npicks (copy into SELECTED of experiments/compare_mixers.py; an arm of TUNING_ARMS "
+        f"is the recipe's setting): {json.dumps(picks)}")
   return 0
 
 
@@ -873,7 +887,9 @@ def main(argv: Sequence[str] | None = None, runner: Callable = train_runner) -> 
   parser.add_argument("--steps", type=int, default=None, help="steps per run (default the study's)")
   parser.add_argument("--name", default="compare_mixers",
                       help="stem of the report files under --out (runs are shared between names)")
-  parser.add_argument("--tune", action="store_true", help="run the tuning budget instead")
+  parser.add_argument("--tune", nargs="?", const="", default=None, metavar="STRATEGIES",
+                      help="run the tuning budget instead (TUNING and TUNING_ARMS; optionally "
+                           "only the comma-separated strategies named)")
   parser.add_argument("--data-scale", type=float, default=None,
                       help="size of the built-in corpus (data.builtin_scale; default the "
                            "study's, 1 MB per source): raise it for long runs, to keep them off "
@@ -901,8 +917,13 @@ def main(argv: Sequence[str] | None = None, runner: Callable = train_runner) -> 
   if args.layers is not None and args.layers < 1:
     parser.error(f"--layers must be >= 1, got {args.layers}")
   args.num_steps = args.steps or (80 if args.quick else exp.NUM_STEPS)
-  if args.tune:
-    return tune(exp, args, runner)
+  if args.tune is not None:
+    only = [t.strip() for t in args.tune.split(",") if t.strip()] or None
+    known = [*exp.TUNING, *getattr(exp, "TUNING_ARMS", {})]
+    if only and [t for t in only if t not in known]:
+      parser.error(f"--tune: unknown strategies {[t for t in only if t not in known]}; those "
+                   f"with a tuning budget: {', '.join(known)}")
+    return tune(exp, args, runner, only)
   if args.fit_proxy:
     return fit_proxy(exp, args, runner)
 

@@ -125,6 +125,41 @@ def test_tuning_picks_on_the_training_signal(tmp_path):
   assert os.path.exists(out / "tuning.md")
 
 
+def test_tuning_a_recipe_picks_one_of_its_arms(tmp_path):
+  """``--tune influence``: the recipe's three arms (TUNING_ARMS) alone, at the tuning seed."""
+  exp = bench.load_experiment()
+  out = tmp_path / "tune"
+  ran = []
+  def runner(config, workdir):
+    assert config.seed == 100 and config.curriculum.strategy == "static"
+    ran.append(os.path.basename(workdir))
+    first = next(iter(config.curriculum.geometries.values()))
+    w = np.array([first.mixture[s.replace("-", "_")] for s in SOURCES])
+    # The flatter the first half's mixture, the faster the training loss falls here.
+    return fake_runner(config, workdir, rate=1 / (16 * float(np.sum(w ** 2))))
+
+  assert bench.main(["--out", str(out), "--tune", "influence", "--quick"], runner=runner) == 0
+  arms = exp.TUNING_ARMS["influence"]
+  assert ran == list(arms)                     # only the recipe's arms, in order
+  with open(out / "tuning_influence.json") as f:
+    tuning = json.load(f)
+  # Each arm's mixture worked out here from its elasticities: max(b, 0.02) ** power, normalised.
+  def mixture(b, power):
+    w = np.maximum(np.asarray(b), 0.02) ** power
+    return w / w.sum()
+  mixtures = [mixture(exp.INFLUENCE_CG10_GN32_ELASTICITY, 1.5),
+              mixture(exp.INFLUENCE_CG10_ELASTICITY, 1.5),
+              mixture(exp.INFLUENCE_CG10_GN32_ELASTICITY, 1.0)]
+  rates = [1 / (16 * np.sum(w ** 2)) for w in mixtures]
+  for (_, arm, score, picked), rate, expected_arm in zip(tuning["rows"][1:], rates, arms):
+    assert arm == expected_arm
+    assert float(score) == pytest.approx(3 - rate * 72 / 80, abs=1e-4)   # logged step 72 only
+  assert tuning["picks"] == {"influence": arms[int(np.argmax(rates))]}
+  assert tuning["picks"]["influence"] == "influence_cg10_gn32_early"   # power 1 is the flattest
+  with pytest.raises(SystemExit):
+    bench.main(["--out", str(out), "--tune", "influence,doremi", "--quick"], runner=runner)
+
+
 def _flat_runner(config, workdir):
   """Every setting equal: the first (the package default) is picked."""
   os.makedirs(workdir, exist_ok=True)
