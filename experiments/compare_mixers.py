@@ -382,7 +382,6 @@ TUNING_ARMS = {
 }
 # Picked by ``bench/compare_mixers.py --tune influence``: influence_cg10_gn32_p15_early, the
 # command's defaults (signal at seed 100: 1.9165 / 1.9657 / 1.9499 for the three, in order).
-SELECTED_ARMS = {"influence": "influence_cg10_gn32_p15_early"}
 
 # The settings picked by `bench/compare_mixers.py --tune` (see the module docstring; signal at seed
 # 100: andrea 2.329 / 2.286 / 2.197, bandit_only 2.320 / 2.193 / 2.286, exp3 2.460 / 2.251 / 2.162,
