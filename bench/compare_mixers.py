@@ -798,7 +798,7 @@ def tune(exp, args, runner, only: Sequence[str] | None = None) -> int:
            **{k: ("arms", v) for k, v in getattr(exp, "TUNING_ARMS", {}).items()}}
   names = list(grids) if only is None else list(only)
   rows = [["strategy", "setting", "validation signal (train loss, last 10%)", "picked"]]
-  picks = {}
+  picks, arm_picks = {}, {}
   for strategy in names:
     kind, grid = grids[strategy]
     scores = []
@@ -812,7 +812,7 @@ def tune(exp, args, runner, only: Sequence[str] | None = None) -> int:
       run_arm(c, workdir, runner)
       scores.append(validation_signal(read_run(workdir, SOURCES)["train_loss"], args.num_steps))
     best = int(np.argmin(scores))
-    picks[strategy] = grid[best]
+    (arm_picks if kind == "arms" else picks)[strategy] = grid[best]
     for i, (setting, score) in enumerate(zip(grid, scores)):
       rows.append([strategy, setting if kind == "arms" else json.dumps(setting), f"{score:.4f}",
                    "yes" if i == best else ""])
@@ -824,9 +824,12 @@ def tune(exp, args, runner, only: Sequence[str] | None = None) -> int:
             "of the per-source training loss over the last 10% of steps.\n\n"
             + markdown_table(rows) + "\n")
   with open(os.path.join(args.out, f"{stem}.json"), "w") as f:
-    json.dump({"seed": exp.TUNING_SEED, "picks": picks, "rows": rows}, f, indent=1)
-  print(f"\npicks (copy into SELECTED of experiments/compare_mixers.py; an arm of TUNING_ARMS "
-        f"is the recipe's setting): {json.dumps(picks)}")
+    json.dump({"seed": exp.TUNING_SEED, "picks": picks, "arm_picks": arm_picks, "rows": rows},
+              f, indent=1)
+  if picks:
+    print(f"\npicks (copy into SELECTED of experiments/compare_mixers.py): {json.dumps(picks)}")
+  if arm_picks:
+    print(f"\nrecipe picks (the arm of TUNING_ARMS to report): {json.dumps(arm_picks)}")
   return 0
 
 
@@ -918,11 +921,21 @@ def main(argv: Sequence[str] | None = None, runner: Callable = train_runner) -> 
     parser.error(f"--layers must be >= 1, got {args.layers}")
   args.num_steps = args.steps or (80 if args.quick else exp.NUM_STEPS)
   if args.tune is not None:
-    only = [t.strip() for t in args.tune.split(",") if t.strip()] or None
     known = [*exp.TUNING, *getattr(exp, "TUNING_ARMS", {})]
-    if only and [t for t in only if t not in known]:
-      parser.error(f"--tune: unknown strategies {[t for t in only if t not in known]}; those "
-                   f"with a tuning budget: {', '.join(known)}")
+    only = None
+    if args.tune.strip():  # bare --tune: the whole budget
+      only = list(dict.fromkeys(t.strip() for t in args.tune.split(",") if t.strip()))
+      if not only:
+        parser.error(f"--tune names no strategy: {args.tune!r}; give a comma-separated list of "
+                     f"{', '.join(known)}, or --tune alone for all of them")
+      unknown = [t for t in only if t not in known]
+      if unknown:
+        parser.error(f"--tune: unknown strategies {unknown}; those with a tuning budget: "
+                     f"{', '.join(known)}")
+    recipes = [t for t in (only or known) if t in getattr(exp, "TUNING_ARMS", {})]
+    if recipes and (args.layers is not None or args.d_model is not None):
+      parser.error(f"--tune {','.join(recipes)}: those arms hold fits made on the study's 2-layer "
+                   "d=64 model; with --layers/--d-model name only the strategies of TUNING")
     return tune(exp, args, runner, only)
   if args.fit_proxy:
     return fit_proxy(exp, args, runner)

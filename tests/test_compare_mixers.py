@@ -154,10 +154,28 @@ def test_tuning_a_recipe_picks_one_of_its_arms(tmp_path):
   for (_, arm, score, picked), rate, expected_arm in zip(tuning["rows"][1:], rates, arms):
     assert arm == expected_arm
     assert float(score) == pytest.approx(3 - rate * 72 / 80, abs=1e-4)   # logged step 72 only
-  assert tuning["picks"] == {"influence": arms[int(np.argmax(rates))]}
-  assert tuning["picks"]["influence"] == "influence_cg10_gn32_early"   # power 1 is the flattest
-  with pytest.raises(SystemExit):
-    bench.main(["--out", str(out), "--tune", "influence,doremi", "--quick"], runner=runner)
+  assert tuning["arm_picks"] == {"influence": arms[int(np.argmax(rates))]}
+  assert tuning["arm_picks"]["influence"] == "influence_cg10_gn32_early"  # power 1: the flattest
+  assert tuning["picks"] == {}
+  assert not (out / "tuning.json").exists()     # a subset leaves the whole budget's record alone
+  # Named twice, run once: the finished runs are reused, so nothing is retrained.
+  def refuse(config, workdir):
+    raise AssertionError(f"retrained {workdir}")
+  assert bench.main(["--out", str(out), "--tune", "influence,influence", "--quick"],
+                    runner=refuse) == 0
+  assert len(json.loads((out / "tuning_influence.json").read_text())["rows"]) == 1 + len(arms)
+
+
+@pytest.mark.parametrize("argv", [["--tune", "influence,doremi"], ["--tune", ","],
+                                  ["--tune", "influence", "--layers", "4"]])
+def test_bad_tune_arguments_are_refused_before_anything_runs(tmp_path, capsys, argv):
+  def refuse(config, workdir):
+    raise AssertionError(f"ran {workdir}")
+  with pytest.raises(SystemExit) as e:
+    bench.main(["--out", str(tmp_path), "--quick", *argv], runner=refuse)
+  assert e.value.code == 2
+  assert "--tune" in capsys.readouterr().err
+  assert list(tmp_path.iterdir()) == []
 
 
 def _flat_runner(config, workdir):
