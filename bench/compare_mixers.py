@@ -795,7 +795,7 @@ def tune(exp, args, runner, only: Sequence[str] | None = None) -> int:
   ``TUNING_SEED``; writes and prints the picks."""
   from andrea_jax.sources import SOURCES
   grids = {**{k: ("settings", v) for k, v in exp.TUNING.items()},
-           **{k: ("arms", v) for k, v in getattr(exp, "TUNING_ARMS", {}).items()}}
+           **{k: ("arms", v) for k, v in exp.TUNING_ARMS.items()}}
   names = list(grids) if only is None else list(only)
   rows = [["strategy", "setting", "validation signal (train loss, last 10%)", "picked"]]
   picks, arm_picks = {}, {}
@@ -921,7 +921,7 @@ def main(argv: Sequence[str] | None = None, runner: Callable = train_runner) -> 
     parser.error(f"--layers must be >= 1, got {args.layers}")
   args.num_steps = args.steps or (80 if args.quick else exp.NUM_STEPS)
   if args.tune is not None:
-    known = [*exp.TUNING, *getattr(exp, "TUNING_ARMS", {})]
+    known = [*exp.TUNING, *exp.TUNING_ARMS]
     only = None
     if args.tune.strip():  # bare --tune: the whole budget
       only = list(dict.fromkeys(t.strip() for t in args.tune.split(",") if t.strip()))
@@ -932,7 +932,7 @@ def main(argv: Sequence[str] | None = None, runner: Callable = train_runner) -> 
       if unknown:
         parser.error(f"--tune: unknown strategies {unknown}; those with a tuning budget: "
                      f"{', '.join(known)}")
-    recipes = [t for t in (only or known) if t in getattr(exp, "TUNING_ARMS", {})]
+    recipes = [t for t in (only or known) if t in exp.TUNING_ARMS]
     if recipes and (args.layers is not None or args.d_model is not None):
       parser.error(f"--tune {','.join(recipes)}: those arms hold fits made on the study's 2-layer "
                    "d=64 model; with --layers/--d-model name only the strategies of TUNING")
