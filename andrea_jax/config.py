@@ -16,6 +16,9 @@ overrides any field on the command line (``--config.optim.peak_lr=1e-3``). Secti
 
 from __future__ import annotations
 
+import importlib.util
+import os
+
 import ml_collections
 
 
@@ -112,3 +115,28 @@ def base_config() -> ml_collections.ConfigDict:
   c.mesh = mesh_section()   # device mesh (data, fsdp) and the FSDP rule (andrea_jax.sharding)
   c.distributed = distributed_config()  # multi-host start-up (andrea_jax.distributed)
   return c
+
+
+def load_config_file(spec: str | os.PathLike) -> ml_collections.ConfigDict:
+  """The config of a config file named as ``--config`` names it: ``path[:argument]``.
+
+  Calls the file's ``get_config()``, or ``get_config(argument)`` when the name carries one
+  (``experiments/tiny.py:v3_polish``). This is the project's one loader of files by path: config
+  files are files (ml-collections loads ``--config`` the same way), and a config file that builds
+  on another loads it with this function.
+
+  Example:
+    >>> c = load_config_file("experiments/tiny.py")
+    >>> c.train.num_steps
+    1000
+  """
+  path, sep, arg = os.fspath(spec).partition(":")
+  if not os.path.isfile(path):
+    raise ValueError(f"config file {path!r} does not exist")
+  name = "andrea_jax_config_" + "".join(ch if ch.isalnum() else "_" for ch in os.path.abspath(path))
+  module_spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  if not hasattr(module, "get_config"):
+    raise ValueError(f"config file {path!r} defines no get_config()")
+  return module.get_config(arg) if sep else module.get_config()

@@ -15,7 +15,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import pathlib
 import time
 
@@ -28,10 +27,8 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
 def tiny_config():
-  spec = importlib.util.spec_from_file_location("tiny", REPO / "experiments" / "tiny.py")
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
-  return mod.get_config()
+  from experiments import tiny
+  return tiny.get_config()
 
 
 def main():

@@ -36,21 +36,20 @@ import warnings
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import ml_collections  # noqa: E402
-import numpy as np  # noqa: E402
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from hypothesis import HealthCheck, given, settings
 
-from andrea_jax import bandit, runconfig, simplex, train  # noqa: E402
-from andrea_jax import checkpoint as ckpt_lib  # noqa: E402
-from andrea_jax import data as data_lib  # noqa: E402
-from andrea_jax import logs  # noqa: E402
-from andrea_jax.simplex import Region  # noqa: E402
-from andrea_jax.sources import SOURCES  # noqa: E402
-from faults import bad_configs, corrupt, harness  # noqa: E402
+from andrea_jax import bandit, runconfig, simplex, train
+from andrea_jax import checkpoint as ckpt_lib
+from andrea_jax import data as data_lib
+from andrea_jax import logs
+from andrea_jax.simplex import Region
+from andrea_jax.sources import SOURCES
+from tests.faults import bad_configs, corrupt, harness
 
 KILL_NAMES = {
     "async_write": "SIGKILL during an async checkpoint write",

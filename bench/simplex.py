@@ -14,8 +14,6 @@ Needs jaxopt (``pip install -e .[bench]``). On a CPU, compare the rows of one ru
 from __future__ import annotations
 
 import argparse
-import pathlib
-import sys
 import time
 
 import jax
@@ -24,9 +22,8 @@ import numpy as np
 
 from andrea_jax.simplex import Region, project, sample_uniform
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
 # The tests' independent float64 answer (numpy bisection on tau, 200 halvings).
-from test_simplex_projection import oracle as _bisection_reference  # noqa: E402
+from tests.test_simplex_projection import oracle as _bisection_reference
 
 
 def _random_regions(rng: np.random.Generator, batch: int, n: int):

@@ -17,32 +17,23 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
-import sys
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-
-from andrea_jax import cliff as cliff_lib  # noqa: E402
-from andrea_jax import curriculum  # noqa: E402
-from andrea_jax import runconfig  # noqa: E402
-from andrea_jax import step as step_lib  # noqa: E402
-from andrea_jax import train  # noqa: E402
-from andrea_jax.model import count_params, flops_per_token  # noqa: E402
+from andrea_jax import cliff as cliff_lib
+from andrea_jax import curriculum
+from andrea_jax import runconfig
+from andrea_jax import step as step_lib
+from andrea_jax import train
+from andrea_jax.model import count_params, flops_per_token
 
 
 def tiny_config(batch: int, seq_len: int):
-  import importlib.util
-  here = os.path.dirname(os.path.abspath(__file__))
-  spec = importlib.util.spec_from_file_location("tiny", os.path.join(here, "..", "experiments",
-                                                                     "tiny.py"))
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
-  c = mod.get_config()
+  from experiments import tiny
+  c = tiny.get_config()
   c.data.seq_len, c.data.global_batch_size = seq_len, batch
   c.model.max_len = max(c.model.max_len, seq_len)
   return c

@@ -14,7 +14,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import itertools
 import pathlib
 import sys
@@ -28,10 +27,8 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
 def study_module():
-  spec = importlib.util.spec_from_file_location("v1_vs_v2", REPO / "experiments" / "v1_vs_v2.py")
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
-  return mod
+  from experiments import v1_vs_v2
+  return v1_vs_v2
 
 
 def _floats(text):

@@ -14,19 +14,11 @@ the model, optimizer, curriculum strategy and run length. A source named here wi
 with files that hold no text, stops the run before anything compiles, with the source named.
 """
 
-import importlib.util
 import pathlib
 
+from andrea_jax.config import load_config_file
 from andrea_jax.curriculum import geometry
 from andrea_jax.sources import SOURCES
-
-
-def _main_job():
-  """``experiments/tiny.py``, loaded from beside this file (the experiments are not a package)."""
-  spec = importlib.util.spec_from_file_location("tiny", pathlib.Path(__file__).with_name("tiny.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
 
 
 def get_config(sources: str | None = None):
@@ -42,7 +34,7 @@ def get_config(sources: str | None = None):
   if unknown:
     raise ValueError(f"experiments/own_data.py: unknown source(s) {', '.join(map(repr, unknown))}; "
                      f"sources are: {', '.join(SOURCES)}")
-  c = _main_job().get_config()
+  c = load_config_file(pathlib.Path(__file__).with_name("tiny.py"))   # the main job
   c.data.corpus = "files"
   c.curriculum.geometries = type(c.curriculum.geometries)()
   c.curriculum.geometries.own = geometry("own", 0, only=names)

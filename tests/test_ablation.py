@@ -15,7 +15,7 @@ from andrea_jax import step as step_lib
 from andrea_jax import train
 from andrea_jax.generate import generate
 from andrea_jax.sources import SOURCES, WARMUP_SOURCES
-from conftest import small_run_config
+from tests.util import small_run_config
 
 STEPS = 6
 VARIANTS = [

@@ -1,21 +1,16 @@
 """experiments/andrea120m.py: each variant validates, and they differ exactly as the seed says."""
 
-import importlib.util
 
 import jax
 import pytest
 
 from andrea_jax import runconfig
 from andrea_jax.model import init_params
-from conftest import REPO
 
 
 def _get_config(variant):
-  path = REPO / "experiments" / "andrea120m.py"
-  spec = importlib.util.spec_from_file_location("andrea120m", path)
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
-  return mod.get_config(variant)
+  from experiments import andrea120m
+  return andrea120m.get_config(variant)
 
 
 def _flat(d, prefix=""):

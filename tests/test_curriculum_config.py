@@ -1,6 +1,6 @@
 """The curriculum config section: ANDREA's geometries, overrides, validation messages, the spec."""
 
-import importlib.util
+import importlib
 import pathlib
 
 import jax
@@ -200,9 +200,7 @@ def test_experiment_configs(name):
   that region from step 0, under the main job's training settings (its 20-step warmup, not
   base_config's 2000 steps, which would span the whole run)."""
   file = "andrea_curriculum" if name == "andrea_curriculum" else "tiny"
-  module_spec = importlib.util.spec_from_file_location(file, ROOT / "experiments" / f"{file}.py")
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
+  module = importlib.import_module(f"experiments.{file}")
   assert "python -m andrea_jax.curriculum --config experiments/" in module.__doc__
   config = module.get_config() if file == "andrea_curriculum" else module.get_config(name)
   spec = curriculum.spec_from_config(config.curriculum)
@@ -218,10 +216,7 @@ def test_own_data_config_samples_only_the_named_sources(tmp_path):
   """experiments/own_data.py:<sources>: the main job with one full-simplex region over exactly the
   named sources, read from files; a run built from it requires those sources and no other."""
   from andrea_jax import runconfig
-  module_spec = importlib.util.spec_from_file_location("own_data",
-                                                       ROOT / "experiments" / "own_data.py")
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
+  from experiments import own_data as module
   config = module.get_config("gutenberg, hermes3_general,gutenberg")   # spellings, a repeat
   assert config.data.corpus == "files" and config.train.num_steps == 1000
   for key in ("gutenberg", "hermes3_general"):

@@ -1,7 +1,6 @@
 """Simulated runs: the 200K-step ANDREA walk, a bandit that concentrates and follows, exact resume,
 strategies, and the command line's outputs."""
 
-import importlib.util
 import json
 import pathlib
 
@@ -172,10 +171,7 @@ def test_strategies(strategy):
 
 
 def test_command_line_writes_the_run(tmp_path):
-  path = ROOT / "experiments" / "andrea_curriculum.py"
-  module_spec = importlib.util.spec_from_file_location("andrea_curriculum", path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
+  from experiments import andrea_curriculum as module
   summary = cli.run(module.get_config(), 2000, str(tmp_path), triangle_steps=400)
   assert summary["lag_consistent"]
   weights = np.load(tmp_path / "weights.npy")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from andrea_jax import logs, runconfig, train
-from conftest import REPO, small_run_config
+from tests.util import REPO, small_run_config
 
 # The README's config lines, replaced by the test's small config, and its print cadence, made every
 # step; the rest runs as printed.

@@ -19,7 +19,7 @@ from andrea_jax import evaluate as eval_lib
 from andrea_jax import runconfig
 from andrea_jax import sharding
 from andrea_jax import train
-from conftest import REPO, small_run_config
+from tests.util import REPO, small_run_config
 
 
 def _config():

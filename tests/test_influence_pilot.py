@@ -17,8 +17,8 @@ from andrea_jax import curriculum, data, fit_proxy, runconfig, step, train
 from andrea_jax.curriculum import influence as inf
 from andrea_jax.curriculum import proxy
 from andrea_jax.sources import SOURCES
-from conftest import small_run_config
-from test_gradient_probe import _dense_gauss_newton
+from tests.util import small_run_config
+from tests.test_gradient_probe import _dense_gauss_newton
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from tests.util import REPO
 
 _FLAG_LINES = (
     "  --config: Run configuration file (experiments/*.py).",

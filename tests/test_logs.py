@@ -70,7 +70,7 @@ def test_a_run_resumed_within_the_same_second_keeps_both_event_files(tmp_path, m
   files are kept, in the order written, and TensorBoard shows the first run's steps before the
   resume step and the resumed run's from it on."""
   import tensorboardX.event_file_writer
-  from conftest import tensorboard_scalars
+  from tests.util import tensorboard_scalars
 
   # Both runs open their files in this second (the clock of tensorboardX's writer only).
   monkeypatch.setattr(tensorboardX.event_file_writer, "time",

@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from conftest import REPO
+from tests.util import REPO
 
 
 def _main(tmp_path, *overrides, config="tiny.py"):

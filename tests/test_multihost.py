@@ -20,8 +20,8 @@ import pytest
 from andrea_jax import checkpoint as ckpt_lib
 from andrea_jax import distributed
 from andrea_jax import logs
-from conftest import REPO, small_run_config
-from test_sharding import assert_same_records, reference_config, reference_records
+from tests.util import REPO, small_run_config
+from tests.test_sharding import assert_same_records, reference_config, reference_records
 
 
 def _free_port() -> int:

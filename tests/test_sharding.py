@@ -23,7 +23,7 @@ from andrea_jax import runconfig
 from andrea_jax import sharding
 from andrea_jax import train
 from andrea_jax.model import andrea_120m, init_params
-from conftest import REPO, small_run_config
+from tests.util import REPO, small_run_config
 
 MESHES = ("8x1", "1x8", "2x4")
 # float32 rounding, compounded over 24 AdamW steps: the batch's loss and gradient are sums that a

@@ -8,7 +8,7 @@ import pytest
 from andrea_jax import runconfig
 from andrea_jax import step as step_lib
 from andrea_jax.model import init_params
-from conftest import small_run_config
+from tests.util import small_run_config
 
 
 def _batch(segment_ids_BxT):

@@ -8,7 +8,7 @@ from andrea_jax import logs
 from andrea_jax import train
 from andrea_jax.terrain import __main__ as cli
 from andrea_jax.terrain import run as terrain_run
-from conftest import small_run_config
+from tests.util import small_run_config
 
 
 @pytest.fixture(scope="module")

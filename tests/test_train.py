@@ -18,8 +18,8 @@ from andrea_jax import runconfig
 from andrea_jax import step as step_lib
 from andrea_jax import train
 from andrea_jax.model import init_params
-from conftest import REPO, small_run_config, tensorboard_scalars
-from faults import harness
+from tests.util import REPO, small_run_config, tensorboard_scalars
+from tests.faults import harness
 
 
 def _fixed_batch(rng, B, T, vocab, num_sources):

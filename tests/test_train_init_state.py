@@ -10,7 +10,7 @@ import pytest
 from andrea_jax import runconfig
 from andrea_jax import step as step_lib
 from andrea_jax import train
-from conftest import small_run_config
+from tests.util import small_run_config
 
 
 def _shared_buffers(state):

@@ -5,7 +5,7 @@ import inspect
 import pytest
 
 from andrea_jax import train
-from conftest import small_run_config
+from tests.util import small_run_config
 
 
 def test_signature_is_the_one_callers_use():

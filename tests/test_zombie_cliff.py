@@ -1,7 +1,6 @@
 """The zombie-cliff detector inside the real training loop: a planted cliff is caught, attributed
 to repo-docs and answered by its exclusion; the same run without the plant raises nothing."""
 
-import importlib.util
 
 import ml_collections
 import pytest
@@ -9,7 +8,7 @@ import pytest
 from andrea_jax import logs
 from andrea_jax import train
 from andrea_jax.curriculum import geometry
-from conftest import REPO, small_run_config
+from tests.util import small_run_config
 
 STEPS = 42
 PLANT = 30      # first step whose repo-docs rows carry the memorised string
@@ -18,11 +17,8 @@ LAG = 2         # the curriculum's decision lag (steps between a decision and it
 
 
 def _experiment():
-  path = REPO / "experiments" / "zombie_cliff.py"
-  spec = importlib.util.spec_from_file_location("zombie_cliff", path)
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
-  return mod
+  from experiments import zombie_cliff
+  return zombie_cliff
 
 
 def _config():

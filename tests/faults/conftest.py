@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from andrea_jax import data as data_lib
-from faults import harness
+from tests.faults import harness
 
 
 @pytest.fixture(scope="session")

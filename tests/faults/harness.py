@@ -34,7 +34,7 @@ import jax
 import numpy as np
 
 from andrea_jax import checkpoint as ckpt_lib
-from conftest import REPO, small_run_config
+from tests.util import REPO, small_run_config
 
 TMP_MARK = ".orbax-checkpoint-tmp"
 KILLS = ("async_write", "after_commit", "random_step", "random_time")

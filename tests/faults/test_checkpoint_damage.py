@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from andrea_jax import checkpoint as ckpt_lib
-from faults import corrupt, harness
+from tests.faults import corrupt, harness
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from andrea_jax import runconfig
-from conftest import small_run_config
-from faults import bad_configs
-from faults.harness import count_compiles
+from tests.util import small_run_config
+from tests.faults import bad_configs
+from tests.faults.harness import count_compiles
 
 BASE = small_run_config().to_dict()
 

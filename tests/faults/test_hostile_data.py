@@ -9,7 +9,7 @@ import pytest
 
 from andrea_jax import data as data_lib
 from andrea_jax import train
-from faults import corrupt, harness
+from tests.faults import corrupt, harness
 
 
 @pytest.mark.parametrize("case", sorted(corrupt.HOSTILE_DATA))

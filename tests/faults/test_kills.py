@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from faults import harness
+from tests.faults import harness
 
 
 def test_kills_and_sigint_then_resume_reproduce_the_uninterrupted_run(reference, xla_cache,
@@ -95,7 +95,7 @@ def test_a_signal_recorded_before_the_trainer_started_stops_it_at_the_first_step
   """A signal the command line recorded while jax.distributed was connecting (or the trainer was
   installing its handlers) is handed over, never dropped: the run checkpoints its first step."""
   from andrea_jax import train
-  from conftest import small_run_config
+  from tests.util import small_run_config
   before = signal.getsignal(signal.SIGTERM)
   summary = train.train_and_evaluate(small_run_config(num_steps=30), str(tmp_path),
                                      early_signals=[signal.SIGTERM])

@@ -16,7 +16,7 @@ from andrea_jax import data as data_lib
 from andrea_jax import logs
 from andrea_jax.simplex import Region
 from andrea_jax.sources import SOURCES, WARMUP_SOURCES
-from faults import harness
+from tests.faults import harness
 
 F32_MAX = float(np.finfo(np.float32).max)
 REGIONS = {

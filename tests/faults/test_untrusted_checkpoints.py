@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from andrea_jax import checkpoint as ckpt_lib
-from faults import corrupt
+from tests.faults import corrupt
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,1 @@
+"""The product's tests (``make test``; ``make test-fast`` leaves out those marked slow)."""

@@ -1,0 +1,56 @@
+"""Helpers shared by the tests (and the benchmarks that reuse their harness)."""
+
+import os
+import pathlib
+import struct
+
+from andrea_jax.config import load_config_file
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def small_run_config(num_steps: int = 30, **overrides):
+  """The main job's config shrunk for tests: a 2-layer 32-wide model, 16 x 32-token batches.
+
+  The curriculum keeps its three geometries, placed inside the short run.
+  """
+  from andrea_jax.curriculum import andrea_geometries
+
+  c = load_config_file(REPO / "experiments" / "tiny.py")
+  c.model.update(num_layers=2, num_heads=2, d_model=32, d_mlp=128, max_len=64)
+  c.data.update(seq_len=32, global_batch_size=16, builtin_scale=0.25)
+  # No TensorBoard files: tensorboardX imports torch when it is installed (seconds per process).
+  c.train.update(num_steps=num_steps, log_every=5, checkpoint_every=10, progress_bar=False,
+                 plot=False, tensorboard=False)
+  c.eval.update(every=0, sequences_per_source=2, sample_tokens=8, prompts=("The ",))
+  c.optim.update(warmup_steps=5, peak_lr=3e-3)
+  # The three regimes at 0, 30% and 60% of the run (phases of 7-42 steps need room).
+  c.curriculum.geometries = andrea_geometries(10**6)
+  c.curriculum.geometries.v2_firehose.start_step = max(7, int(0.3 * num_steps))
+  c.curriculum.geometries.v3_polish.start_step = max(14, int(0.6 * num_steps))
+  c.cliff.update(window=10, warmup=10, cooldown=10)
+  for key, value in overrides.items():
+    section, field = key.split("__")
+    c[section][field] = value
+  return c
+
+
+def tensorboard_scalars(logdir: pathlib.Path) -> list[tuple[str, int, float]]:
+  """The scalars TensorBoard shows for ``logdir``, in the order written: its event files read in
+  name order, a ``SessionLog.START`` at step s dropping the events read before it with step >= s (as
+  TensorBoard's event accumulator does). Wall-clock tags are left out."""
+  from tensorboardX.proto import event_pb2
+  shown = []
+  for name in sorted(os.listdir(logdir)):
+    data = (logdir / name).read_bytes()
+    at = 0
+    while at < len(data):   # TFRecord: u64 length, u32 crc, payload, u32 crc
+      (length,) = struct.unpack("<Q", data[at:at + 8])
+      event = event_pb2.Event.FromString(data[at + 12:at + 12 + length])
+      at += 12 + length + 4
+      if event.HasField("session_log") and event.session_log.status == event_pb2.SessionLog.START:
+        shown = [s for s in shown if s[1] < event.step]
+      for v in event.summary.value:
+        if v.tag not in ("tokens_per_s", "mfu"):
+          shown.append((v.tag, event.step, v.simple_value))
+  return shown
