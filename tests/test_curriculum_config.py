@@ -11,6 +11,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from andrea_jax import curriculum
+from andrea_jax.bandit import BanditParams
 from andrea_jax.sources import SOURCES, WARMUP_SOURCES
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -41,19 +42,28 @@ def test_scaled_geometries_and_defaults():
   spec = curriculum.spec_from_config(curriculum.curriculum_config())
   assert spec.starts.tolist() == [0, 200, 1126]
   assert (spec.phase_min_steps, spec.phase_max_steps, spec.decision_lag) == (7, 42, 2)
-  assert spec.strategy == "andrea" and 0 < spec.random_share < 1
+  # The default mixer, its knobs as configured (factories are cached: same knobs, same mixer).
+  assert spec.strategy == "andrea"
+  assert spec.mixer is curriculum.andrea_walk(BanditParams(), 0.3, 0.25)
   with pytest.raises(ValueError, match="do not fit increasing into total_steps=1000"):
     curriculum.andrea_geometries(1000, 0.01)
 
 
-def test_strategy_sets_the_random_share():
-  shares = {}
-  for strategy in curriculum.STRATEGIES:
-    c = curriculum.curriculum_config()
+def test_each_strategy_names_its_mixer():
+  """Each built-in name builds its mixer from the section's knobs: the walk's random share is
+  the section's for "andrea", 0 and 1 for "bandit_only" and "random_only"."""
+  from andrea_jax.curriculum import elastic, exp3
+  c = curriculum.curriculum_config()
+  bandit, eta, share = BanditParams(), c.eta, c.random_share
+  want = {"andrea": curriculum.andrea_walk(bandit, eta, share),
+          "bandit_only": curriculum.andrea_walk(bandit, eta, 0.0),
+          "random_only": curriculum.andrea_walk(bandit, eta, 1.0),
+          "static": curriculum.static(), "exp3": exp3.mixer(exp3.Exp3Params()),
+          "elastic": elastic.mixer(elastic.ElasticParams())}
+  assert set(want) == set(curriculum.STRATEGIES)
+  for strategy, mixer in want.items():
     c.strategy = strategy
-    shares[strategy] = curriculum.spec_from_config(c).random_share
-  assert shares["bandit_only"] == 0.0 and shares["random_only"] == 1.0
-  assert shares["andrea"] == curriculum.curriculum_config().random_share
+    assert curriculum.spec_from_config(c).mixer is mixer, strategy
 
 
 def test_single_geometry_starts_at_zero():
@@ -91,7 +101,7 @@ def test_command_line_overrides(tmp_path):
   assert spec.lowers[2, _idx("hermes3-general")] == 0.6
   assert spec.uppers[2, _idx("dictionary")] == 0.1
   assert spec.uppers[2, _idx("extra-01")] == 0 and spec.uppers[2, _idx("repo-docstrings")] == 1
-  assert spec.bandit.exploration == 0.2
+  assert spec.mixer is curriculum.andrea_walk(BanditParams(exploration=0.2), 0.3, 0.25)
 
 
 def _config(**geometry_fields):
@@ -190,8 +200,12 @@ def test_spec_is_hashable_by_content_and_a_pytree():
   assert other != a
   leaves, tree = jax.tree.flatten(a)
   assert jax.tree.unflatten(tree, leaves) == a
-  # Same sources, geometry names and lag: one tree structure, so one compilation for both.
-  assert jax.tree.structure(other) == tree
+  # Another curriculum on the same mixer (only the geometries' tables differ): one tree structure,
+  # so one compilation for both; another mixer is another structure.
+  c = curriculum.curriculum_config()
+  c.geometries.v3_polish.floors.hermes3_general = 0.5
+  assert jax.tree.structure(curriculum.spec_from_config(c)) == tree
+  assert jax.tree.structure(other) != tree
 
 
 @pytest.mark.parametrize("name", ["v2_warmup", "v2_firehose", "v3_polish", "andrea_curriculum"])
@@ -273,7 +287,7 @@ def test_a_mixture_per_geometry_is_a_mixture_schedule():
       "floored": geometry("floored", 600, floors={"extra-01": 0.5}, mixture={"chat": 15.0}),
   })
   spec = curriculum.spec_from_config(c)
-  assert spec.held_geometries.tolist() == [True, True, True]   # static: every geometry held
+  assert spec.held.tolist() == [True, True, True]   # static: every geometry held
   proxy_S = np.array([3.0 if s == "chat" else 2.0 if s == "dictionary" else 1.0
                       for s in SOURCES]) / 19
   # Projection onto {w_extra01 >= 0.5, sum 1}: the mixture (1/2 chat, 1/30 others) minus a
@@ -384,7 +398,7 @@ def test_a_geometry_mixture_is_held_under_any_strategy(strategy):
   c.geometries = ml_collections.ConfigDict({"proxy": geometry("proxy", 0, mixture={"chat": 3}),
                                             "free": geometry("free", 100)})
   spec = curriculum.spec_from_config(c)
-  assert spec.held_geometries.tolist() == [True, False]
+  assert spec.held.tolist() == [True, False]
   want_S = np.array([3.0 if s == "chat" else 1.0 for s in SOURCES]) / 18
   run = simulate.simulate(spec, jax.random.key(0), 300)
   np.testing.assert_allclose(run.weights[:100], np.broadcast_to(want_S, (100, 16)), atol=1e-6)

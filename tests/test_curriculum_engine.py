@@ -210,12 +210,12 @@ def test_pivot_discounts_the_bandit():
   # The decision of the first firehose phase is the one after which slot 1 holds geometry 1.
   pivot_t = next(t for t in range(1, 240) if int(runs[1.0][t].geometries[1]) == 1
                  and int(runs[1.0][t - 1].geometries[1]) == 0)
-  counts = {d: np.asarray(r[pivot_t].bandit.counts) for d, r in runs.items()}
+  counts = {d: np.asarray(r[pivot_t].mixer.counts) for d, r in runs.items()}
   assert np.any(counts[1.0] > 0)
   np.testing.assert_array_equal(counts[0.25], 0.25 * counts[1.0])  # same path until then
   np.testing.assert_array_equal(counts[0.0], 0.0)                  # 0 resets
-  np.testing.assert_array_equal(runs[0.25][pivot_t - 1].bandit.counts,
-                                runs[1.0][pivot_t - 1].bandit.counts)
+  np.testing.assert_array_equal(runs[0.25][pivot_t - 1].mixer.counts,
+                                runs[1.0][pivot_t - 1].mixer.counts)
 
 
 def test_state_is_a_plain_pytree_for_checkpoints(andrea_run):

@@ -62,7 +62,7 @@ def test_phases_are_uniform_in_7_42_and_never_straddle_a_pivot(andrea_200k):
   assert stats.chisquare(counts).pvalue > 1e-3
   assert len(phases) == pytest.approx(200_000 / 24.5, rel=0.03)
   kinds = [p["kind"] for p in phases]
-  assert kinds.count("random") / len(kinds) == pytest.approx(spec.random_share, abs=0.02)
+  assert kinds.count("random") / len(kinds) == pytest.approx(0.25, abs=0.02)   # curriculum.random_share
 
 
 def _one_region_spec(**fields):

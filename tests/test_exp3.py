@@ -40,7 +40,7 @@ def test_params_are_validated():
   c.strategy = "exp3"
   c.exp3.lr_scale = 0.1
   spec = curriculum.spec_from_config(c)
-  assert spec.strategy == "exp3" and spec.random_share == 0.0 and spec.exp3.lr_scale == 0.1
+  assert spec.strategy == "exp3" and spec.mixer is exp3.mixer(exp3.Exp3Params(lr_scale=0.1))
 
 
 def test_reward_bookkeeping_by_hand(maybe_jit):
@@ -179,7 +179,7 @@ def test_strategy_exp3_through_the_curriculum():
   late = used[900:1100]
   assert np.all(late.argmax(axis=1) == hot) and late[:, hot].min() > 1 / 16
   # The statistics saw every step (M counts steps with tokens).
-  assert int(state.exp3.steps) == 1300
+  assert int(state.mixer.steps) == 1300
 
 
 def test_a_tiny_weight_with_tokens_keeps_every_number_finite():

@@ -40,7 +40,7 @@ def run(config, num_steps: int, out: str, *, triangle_steps: int = 1000, make_pl
         ) -> dict:
   """Simulates ``config.curriculum`` for ``num_steps`` steps; writes the outputs under ``out``."""
   spec = config_lib.spec_from_config(config.curriculum)
-  key = jax.random.key(int(config.get("seed", 0)))
+  key = jax.random.key(int(config.seed))
   t0 = time.perf_counter()
   result = sim.simulate(spec, key, num_steps)
   elapsed = time.perf_counter() - t0
@@ -75,7 +75,7 @@ def main(argv):
   config = _CONFIG.value
   if config is None or _OUT.value is None:
     raise app.UsageError("--config and --out are required")
-  steps = _STEPS.value or int(config.get("train", {}).get("num_steps", 0))
+  steps = _STEPS.value or int(config.train.num_steps)
   if steps <= 0:
     raise app.UsageError("--steps must be positive (or the config must set train.num_steps)")
   s = run(config, steps, _OUT.value, triangle_steps=_TRIANGLE_STEPS.value, make_plots=_PLOTS.value)

@@ -26,11 +26,13 @@ import math
 from collections.abc import Mapping, Sequence
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
 from andrea_jax.bandit import BanditParams
+from andrea_jax.curriculum import elastic as elastic_lib
+from andrea_jax.curriculum import exp3 as exp3_lib
+from andrea_jax.curriculum import mixer as mixer_lib
 from andrea_jax.curriculum.elastic import ElasticParams
 from andrea_jax.curriculum.exp3 import Exp3Params
 from andrea_jax.simplex import Region
@@ -38,12 +40,8 @@ from andrea_jax.simplex import sampling
 from andrea_jax.sources import POLISH_EXCLUDED, SOURCES, WARMUP_SOURCES, check_sources
 
 STRATEGIES = ("andrea", "bandit_only", "random_only", "static", "exp3", "elastic")
-
-BANDIT_REWARDS = ("progress", "log_rate")
-"""What a bandit phase ranks the sources by: ``"progress"``, the UCB index of the learning progress
-per token (:mod:`andrea_jax.bandit`, the default), or ``"log_rate"``, the elastic mixer's
-log-time learning rate (:mod:`andrea_jax.curriculum.elastic`; sources whose rate is unknown
-first)."""
+"""The built-in mixers' names (:mod:`andrea_jax.curriculum.mixer`); ``"package.module:factory"``
+names a mixer of one's own."""
 
 # The source document's three regimes (SPEC §5): start steps of the full 200K-step run.
 FIREHOSE_START = 20_000
@@ -197,9 +195,10 @@ def curriculum_config(geometries: ml_collections.ConfigDict | None = None
                       ) -> ml_collections.ConfigDict:
   """The ``curriculum`` section; by default the three regimes scaled to the 2000-step tiny run."""
   c = ml_collections.ConfigDict()
-  # "andrea" (random + bandit phases), "bandit_only", "random_only", "static" (the uniform mixture
-  # projected onto each region), "exp3" (ODM's EXP3 mixture projected onto each region) or
-  # "elastic" (shares in proportion to each source's log-time learning rate, projected)
+  # the mixer: "andrea" (random + bandit phases), "bandit_only", "random_only", "static" (the
+  # uniform mixture projected onto each region), "exp3" (ODM's EXP3 mixture projected onto each
+  # region), "elastic" (shares in proportion to each source's log-time learning rate, projected),
+  # or "package.module:factory" for a mixer of your own (andrea_jax.curriculum.mixer)
   c.strategy = "andrea"
   # strategy "static": each source's relative weight (normalised; all equal = the uniform mixture),
   # the mixture then projected onto each region, e.g. one fitted on small proxy runs
@@ -209,10 +208,9 @@ def curriculum_config(geometries: ml_collections.ConfigDict | None = None
   c.random_share = 0.25  # probability that a phase is random ("andrea" only; 0/1 for the others)
   c.eta = 0.3  # bandit phase: w <- (1 - eta) w + eta v, v the UCB-optimal vertex; in (0, 1]
   c.decision_lag = 2  # steps between a phase's decision and its start (host-side batch prefetch)
-  c.bandit = bandit_section()
-  c.bandit_reward = "progress"  # what bandit phases rank sources by: "progress" or "log_rate"
+  c.bandit = bandit_section()  # strategies "andrea", "bandit_only", "random_only"
   c.exp3 = exp3_section()  # strategy "exp3" only
-  c.elastic = elastic_section()  # strategy "elastic", and bandit_reward "log_rate"
+  c.elastic = elastic_section()  # strategy "elastic" only
   # regions of the simplex keyed by name, each in force from its start_step (steps) on
   c.geometries = geometries if geometries is not None else andrea_geometries(2000, 0.01)
   return c
@@ -222,105 +220,64 @@ def curriculum_config(geometries: ml_collections.ConfigDict | None = None
 @dataclasses.dataclass(frozen=True, eq=False)
 class CurriculumSpec:
   """The validated description of a curriculum: hashable by content (a jit static argument), and a
-  pytree whose leaves are its numbers (a jitted function taking it as an argument compiles once for
-  every spec with the same sources, geometry names and decision lag).
+  pytree whose leaves are its tables (a jitted function taking it as an argument compiles once for
+  every spec with the same sources, geometry names, decision lag and mixer).
 
   Attributes:
     sources: source names, the order of every weight vector (``S`` of them).
     geometry_names: ``G`` names, by increasing start step.
     starts: ``[G]`` int32 start step of each geometry (``starts[0] == 0``).
     lowers, uppers: ``[G, S]`` float64 floors and ceilings.
-    strategy_code: index of the strategy in :data:`STRATEGIES` (see :attr:`strategy`).
+    strategy: the mixer's name (``curriculum.strategy``).
+    mixer: the mixer's functions (:class:`andrea_jax.curriculum.mixer.Mixer`).
     phase_min_steps, phase_max_steps: phase lengths are uniform in this range (cut at geometry
       boundaries, never below ``phase_min_steps``).
-    random_share: probability of a random phase (already set by the strategy).
-    eta: bandit step size toward the UCB vertex.
     decision_lag: steps between a phase's decision and its start.
-    bandit: the bandit's parameters.
-    exp3: the EXP3 mixer's parameters (strategy ``"exp3"``).
-    elastic: the elastic mixer's parameters (strategy ``"elastic"``, bandit reward ``"log_rate"``).
-    bandit_reward_code: index in :data:`BANDIT_REWARDS` of what bandit phases rank sources by.
-    static_mixture: ``[G, S]`` float32, each row summing to 1: the mixture held in each geometry
-      (by strategy ``"static"`` in all, by the others in the ``held`` ones) before it is
-      projected onto the region (the geometry's own ``mixture``, else
-      ``curriculum.static_mixture``); None = uniform in every geometry (see :attr:`mixture`).
+    mixture: ``[G, S]`` float32, each row summing to 1: the mixture held in each geometry where
+      ``held`` (the geometry's own ``mixture``, else ``curriculum.static_mixture``), before the
+      engine restricts it to the region's sources and projects it.
     held: ``[G]`` bool: the geometries whose phases hold their mixture: every one under strategy
-      ``"static"``, those with a ``mixture`` of their own under the others (a mixer still observes
-      every step); None = every one under ``"static"``, none otherwise (see
-      :attr:`held_geometries`).
+      ``"static"``, those with a ``mixture`` of their own under the others (the mixer still
+      observes every step).
   """
   sources: tuple[str, ...]
   geometry_names: tuple[str, ...]
   starts: np.ndarray
   lowers: np.ndarray
   uppers: np.ndarray
-  strategy_code: int
+  strategy: str
+  mixer: mixer_lib.Mixer
   phase_min_steps: int
   phase_max_steps: int
-  random_share: float
-  eta: float
   decision_lag: int
-  bandit: BanditParams
-  exp3: Exp3Params = Exp3Params()
-  elastic: ElasticParams = ElasticParams()
-  bandit_reward_code: int = 0
-  static_mixture: np.ndarray | None = None
-  held: np.ndarray | None = None
+  mixture: np.ndarray
+  held: np.ndarray
 
-  _LEAVES = ("starts", "lowers", "uppers", "strategy_code", "phase_min_steps", "phase_max_steps",
-             "random_share", "eta", "bandit", "exp3", "elastic", "bandit_reward_code",
-             "static_mixture", "held")
+  _LEAVES = ("starts", "lowers", "uppers", "phase_min_steps", "phase_max_steps", "mixture", "held")
+  _AUX = ("sources", "geometry_names", "strategy", "mixer", "decision_lag")
 
   def tree_flatten(self):
     return (tuple(getattr(self, n) for n in self._LEAVES),
-            (self.sources, self.geometry_names, self.decision_lag))
+            tuple(getattr(self, n) for n in self._AUX))
 
   @classmethod
   def tree_unflatten(cls, aux, leaves):
     spec = object.__new__(cls)
-    for n, v in zip(("sources", "geometry_names", "decision_lag"), aux):
+    for n, v in zip(cls._AUX, aux):
       object.__setattr__(spec, n, v)
     for n, v in zip(cls._LEAVES, leaves):
       object.__setattr__(spec, n, v)
     return spec
 
   def _key(self):
-    return (self.sources, self.geometry_names, np.asarray(self.starts).tobytes(),
-            np.asarray(self.lowers).tobytes(), np.asarray(self.uppers).tobytes(),
-            self.strategy_code, self.phase_min_steps, self.phase_max_steps, self.random_share,
-            self.eta, self.decision_lag, self.bandit, self.exp3, self.elastic,
-            self.bandit_reward_code, np.asarray(self.mixture).tobytes(),
-            np.asarray(self.held_geometries).tobytes())
-
-  @property
-  def mixture(self) -> np.ndarray:
-    """``[G, S]`` float32: the mixture held in each geometry where :attr:`held_geometries`, as
-    configured.
-
-    Uniform by default; the engine restricts each row to its region and projects it."""
-    if self.static_mixture is None:
-      shape = (len(self.geometry_names), len(self.sources))
-      return np.full(shape, 1.0 / len(self.sources), np.float32)
-    return self.static_mixture
-
-  @property
-  def held_geometries(self) -> np.ndarray:
-    """``[G]`` bool: the geometries whose phases hold their mixture (:attr:`held`)."""
-    if self.held is None:
-      # jnp: strategy_code is a traced leaf inside jit
-      return jnp.full(len(self.geometry_names), self.strategy_code == STRATEGIES.index("static"))
-    return self.held
+    return tuple(getattr(self, n) for n in self._AUX) + tuple(
+        np.asarray(getattr(self, n)).tobytes() for n in self._LEAVES)
 
   def __eq__(self, other):
     return isinstance(other, CurriculumSpec) and self._key() == other._key()
 
   def __hash__(self):
     return hash(self._key())
-
-  @property
-  def strategy(self) -> str:
-    """The strategy's name (host-side)."""
-    return STRATEGIES[int(self.strategy_code)]
 
   @property
   def num_sources(self) -> int:
@@ -433,9 +390,12 @@ def _params_section(c: ml_collections.ConfigDict, name: str, cls):
     raise type(e)(message) from None
 
 
-def spec_from_config(config: ml_collections.ConfigDict, sources: Sequence[str] = SOURCES
-                     ) -> CurriculumSpec:
+def spec_from_config(config: ml_collections.ConfigDict, sources: Sequence[str] = SOURCES,
+                     mixer: mixer_lib.Mixer | None = None) -> CurriculumSpec:
   """Validates the ``curriculum`` section and builds the static :class:`CurriculumSpec`.
+
+  ``mixer`` replaces the one ``curriculum.strategy`` names (e.g. a mixer object built in a
+  notebook; ``strategy`` then only labels it).
 
   Example:
     >>> spec = spec_from_config(curriculum_config())
@@ -449,9 +409,10 @@ def spec_from_config(config: ml_collections.ConfigDict, sources: Sequence[str] =
     raise ValueError(f"sources: {len(sources)} sources, more than the "
                      f"{sampling.MAX_EXACT_SOURCES} the curriculum's random phases sample")
   c = config
-  strategy = c.get("strategy", "andrea")
-  if strategy not in STRATEGIES:
-    raise ValueError(f"curriculum.strategy must be one of {STRATEGIES}, got {strategy!r}")
+  strategy = c.strategy
+  if not isinstance(strategy, str) or (strategy not in STRATEGIES and ":" not in strategy):
+    raise ValueError(f"curriculum.strategy must be one of {STRATEGIES} or "
+                     f"'package.module:factory' (a mixer of your own), got {strategy!r}")
   lo = _number("curriculum.phase_min_steps", c.phase_min_steps, integer=True)
   hi = _number("curriculum.phase_max_steps", c.phase_max_steps, integer=True)
   lag = _number("curriculum.decision_lag", c.decision_lag, integer=True)
@@ -465,19 +426,10 @@ def spec_from_config(config: ml_collections.ConfigDict, sources: Sequence[str] =
   if hi < 2 * lo - 1:
     raise ValueError(f"curriculum.phase_max_steps = {hi} must be >= 2 * phase_min_steps - 1 = "
                      f"{2 * lo - 1}, so that phases can be cut at a geometry boundary")
-  share = _number("curriculum.random_share", c.random_share)
-  if not 0 <= share <= 1:
-    raise ValueError(f"curriculum.random_share must be in [0, 1], got {share}")
-  eta = _number("curriculum.eta", c.eta)
-  if not 0 < eta <= 1:
-    raise ValueError(f"curriculum.eta must be in (0, 1], got {eta}")
-  bandit = _params_section(c, "bandit", BanditParams)
-  exp3 = _params_section(c, "exp3", Exp3Params)
-  elastic = _params_section(c, "elastic", ElasticParams)
-  reward = c.get("bandit_reward", "progress")
-  if reward not in BANDIT_REWARDS:
-    raise ValueError(f"curriculum.bandit_reward must be one of {BANDIT_REWARDS}, got {reward!r}")
-
+  if mixer is None:
+    mixer = _mixer(c, strategy)
+  elif not mixer_lib.is_mixer(mixer):
+    raise TypeError(f"mixer must be a curriculum.mixer.Mixer, got {type(mixer).__name__}")
   geometries = c.geometries
   if not geometries or not len(geometries.keys()):
     raise ValueError("curriculum.geometries is empty: a geometry starting at step 0 is needed")
@@ -494,14 +446,12 @@ def spec_from_config(config: ml_collections.ConfigDict, sources: Sequence[str] =
     if s1 - s0 < lo:
       raise ValueError(f"geometry {n0!r} lasts {s1 - s0} steps (from {s0} to {n1!r} at {s1}), "
                        f"shorter than phase_min_steps = {lo}")
-  share = {"andrea": share, "bandit_only": 0.0, "random_only": 1.0, "static": 0.0,
-           "exp3": 0.0, "elastic": 0.0}[strategy]
   mixtures_GxS = []
   for _, region, name in entries:
     own = geometries[name].get("mixture")
     where = ("curriculum.static_mixture" if own is None
              else f"curriculum.geometries.{name}.mixture")
-    m_S = _static_mixture(c.get("static_mixture") if own is None else own, sources, where,
+    m_S = _static_mixture(c.static_mixture if own is None else own, sources, where,
                           region if own is not None or strategy == "static" else None)
     if strategy != "static" and own is None and np.ptp(m_S) > 0:
       # Held by the static strategy only: on any other it would be silently ignored.
@@ -512,13 +462,32 @@ def spec_from_config(config: ml_collections.ConfigDict, sources: Sequence[str] =
   return CurriculumSpec(
       sources=sources, geometry_names=tuple(names), starts=np.array(starts, np.int32),
       lowers=np.stack([r.lower for _, r, _ in entries]),
-      uppers=np.stack([r.upper for _, r, _ in entries]),
-      strategy_code=STRATEGIES.index(strategy), phase_min_steps=lo, phase_max_steps=hi,
-      random_share=float(share), eta=float(eta), decision_lag=lag, bandit=bandit, exp3=exp3,
-      elastic=elastic, bandit_reward_code=BANDIT_REWARDS.index(reward),
-      static_mixture=np.stack(mixtures_GxS),
+      uppers=np.stack([r.upper for _, r, _ in entries]), strategy=strategy, mixer=mixer,
+      phase_min_steps=lo, phase_max_steps=hi, decision_lag=lag, mixture=np.stack(mixtures_GxS),
       held=np.array([strategy == "static" or geometries[name].get("mixture") is not None
                      for _, _, name in entries]))
+
+
+def _mixer(c: ml_collections.ConfigDict, strategy: str) -> mixer_lib.Mixer:
+  """The mixer ``curriculum.strategy`` names, its knobs validated (every built-in's knobs are
+  checked whatever the strategy: a typo in an unused section is still a typo)."""
+  share = _number("curriculum.random_share", c.random_share)
+  if not 0 <= share <= 1:
+    raise ValueError(f"curriculum.random_share must be in [0, 1], got {share}")
+  eta = _number("curriculum.eta", c.eta)
+  if not 0 < eta <= 1:
+    raise ValueError(f"curriculum.eta must be in (0, 1], got {eta}")
+  bandit = _params_section(c, "bandit", BanditParams)
+  exp3 = _params_section(c, "exp3", Exp3Params)
+  elastic = _params_section(c, "elastic", ElasticParams)
+  if ":" in strategy:
+    return mixer_lib.import_mixer(strategy, c)
+  return {"andrea": lambda: mixer_lib.andrea_walk(bandit, float(eta), float(share)),
+          "bandit_only": lambda: mixer_lib.andrea_walk(bandit, float(eta), 0.0),
+          "random_only": lambda: mixer_lib.andrea_walk(bandit, float(eta), 1.0),
+          "static": mixer_lib.static,
+          "exp3": lambda: exp3_lib.mixer(exp3),
+          "elastic": lambda: elastic_lib.mixer(elastic)}[strategy]()
 
 
 def _static_mixture(given, sources: Sequence[str], where: str = "curriculum.static_mixture",

@@ -2,34 +2,20 @@ r"""The curriculum engine: phases of a walk on the mixture simplex, as pure func
 
 **Phases.** The run is cut into phases of a random length, uniform in
 ``[phase_min_steps, phase_max_steps]`` (7 to 42 steps), drawn from the run's key. Each phase has one
-weight vector ``w`` (a point of the region in force when it starts):
+weight vector ``w`` (a point of the region in force when it starts), decided by the run's *mixer*
+(:mod:`andrea_jax.curriculum.mixer`: ANDREA's random and bandit phases by default, the static
+mixture, EXP3, the elastic mixer, or one of your own), then projected exactly onto the region. The
+mixer observes every step; it decides once per phase (the decision lag lets the host build batches
+ahead, so no weight can change between a decision and its phase's start).
 
-* a *random* phase (probability ``random_share``) jumps to a point drawn uniformly in the region
-  (:func:`andrea_jax.simplex.sample_uniform`);
-* a *bandit* phase moves toward the UCB-optimal vertex ``v`` of the region
-  (:func:`andrea_jax.simplex.greedy_vertex` of the bandit's indices, ties broken at random):
-  ``w <- (1 - eta) w + eta v``;
-* a region with a ``mixture`` of its own, under *any* strategy, and strategy ``"static"`` in
-  every region: the region's own ``mixture``, else ``curriculum.static_mixture``
-  (uniform by default), every phase: restricted to the sources the region allows and
-  renormalised, which keeps its ratios, then projected onto the region, which moves it only
-  where a floor or ceiling binds (for the uniform default, with ANDREA's geometries this is *not*
-  one uniform mixture over the run's sources: 1/7 on the seven warmup sources, then 1/16 each,
-  then the polish region's projection, ``hermes3-general`` at 0.7 and 0.3/13 on each of the 13
-  other allowed sources; a single full-simplex geometry gives the uniform mixture);
-* strategy ``"exp3"``: ODM's EXP3 distribution (:mod:`andrea_jax.curriculum.exp3`) at the phase's
-  start, projected onto the region. Its statistics (smoothed losses, importance-weighted rewards)
-  are updated at *every* step, with the weights that step's batch was drawn from; the mixture itself
-  changes once per phase, as every strategy's does (the decision lag lets the host build batches
-  ahead, so no weight can change between a decision and its phase's start). Phases of 4 to 7 steps
-  (``phase_min_steps = 4, phase_max_steps = 7``) come closest to ODM's per-step updates.
-* strategy ``"elastic"``: shares in proportion to each source's log-time learning rate, part of
-  them kept uniform (:mod:`andrea_jax.curriculum.elastic`), projected onto the region; the fit is
-  updated at every step, the mixture set once per phase.
-
-``bandit_reward = "log_rate"`` makes bandit phases rank the sources by the elastic mixer's
-log-time learning rate instead of the UCB index of the per-token learning progress (sources whose
-rate is not known yet first); the walk is unchanged.
+A region with a ``mixture`` of its own, under *any* strategy (and every region under
+``"static"``), holds that mixture (else ``curriculum.static_mixture``, uniform by default) every
+phase: restricted to the sources the region allows and renormalised, which keeps its ratios, then
+projected onto the region, which moves it only where a floor or ceiling binds (for the uniform
+default, with ANDREA's geometries this is *not* one uniform mixture over the run's sources: 1/7 on
+the seven warmup sources, then 1/16 each, then the polish region's projection,
+``hermes3-general`` at 0.7 and 0.3/13 on each of the 13 other allowed sources; a single
+full-simplex geometry gives the uniform mixture). The mixer still observes those steps.
 
 The first phase (step 0) is the projection onto the first region of the first region's held
 mixture (strategy ``"static"``, or a first geometry with a ``mixture`` of its own), else of the
@@ -40,19 +26,15 @@ A phase never straddles a region boundary: a phase length that would cross the n
 leave less than ``phase_min_steps`` before it, is cut so that a phase ends exactly there. Each new
 phase first projects the current point onto its region (:func:`andrea_jax.simplex.project`; a no-op
 inside it), so at a pivot the walk continues from the closest point of the new region, and the new
-floors and ceilings hold from the pivot's first step on. At a pivot the bandit's statistics are
-*discounted* by ``bandit.pivot_discount`` (default 0.25), not reset: the model is not reset at a
-pivot, so what the bandit knows of each source's learning progress is still informative and its
-estimates are kept, but the rewards change with the new mixture, so the confidence bonuses are
-inflated (by about ``1/sqrt(0.25) = 2``) and the bandit re-explores the new region within a few
-phases.
+floors and ceilings hold from the pivot's first step on; the mixer is told of the pivot (ANDREA's
+walk discounts its bandit's statistics there).
 
 **Decision lag.** The weights of a phase are decided ``decision_lag`` steps before it starts, in the
 call ``update(step = start - decision_lag - 1)``, so that after ``update(..., step=t)`` the
 :class:`Schedule` (the current and the next phase) determines the weights of every step
 ``<= t + 1 + decision_lag``, and the host can build batches ahead without waiting for the device.
-``update`` does O(S) work per step; the decision (bandit window, UCB, vertex or uniform sample,
-projection) runs under ``jax.lax.cond`` only at decision steps.
+``update`` does the mixer's observation per step (O(S) for the built-in ones); the decision runs
+under ``jax.lax.cond`` only at decision steps.
 
 **Exclusions.** :func:`exclude` adds sources with ceiling 0 from the next undecided phase on (the
 zombie-cliff detector's remedy), unless the region would become empty; a refused request is
@@ -63,26 +45,18 @@ source) keeps those it can, in source order, and records the others in ``state.r
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from andrea_jax import bandit as bandit_lib
 from andrea_jax import simplex
-from andrea_jax.curriculum import elastic as elastic_lib
-from andrea_jax.curriculum import exp3 as exp3_lib
-from andrea_jax.curriculum.config import BANDIT_REWARDS, STRATEGIES, CurriculumSpec
+from andrea_jax.curriculum.config import CurriculumSpec
+from andrea_jax.curriculum.mixer import KIND_FIXED, Decision, Observation
 
-KIND_RANDOM, KIND_BANDIT, KIND_FIXED, KIND_EXP3, KIND_ELASTIC = 0, 1, 2, 3, 4
-"""Kinds: a uniform jump, a step toward the UCB vertex, a fixed point (first phase, static), an
-EXP3 distribution and an elastic mixture."""
-
-KIND_NAMES = ("random", "bandit", "fixed", "exp3", "elastic")
-
-# Random tie-breaking of equal UCB indices (e.g. before any observation): far below any real gap.
-_TIE_NOISE = 1e-6
+PyTree = Any
 
 
 @flax.struct.dataclass
@@ -112,9 +86,8 @@ class CurriculumState:
     key: ``[2]`` uint32, raw key data of the curriculum's random stream.
     excluded: ``[S]`` bool, extra exclusions in force (:func:`exclude`).
     rejected: ``[S]`` bool, exclusions refused because the region would have become empty.
-    bandit: the bandit's statistics.
-    exp3: the EXP3 mixer's statistics (kept by every strategy: O(S) per step).
-    elastic: the elastic mixer's log-time fit (kept by every strategy: O(S) per step).
+    mixer: the state of the run's mixer (``spec.mixer.init``; the bandit's statistics for
+      ANDREA's walk).
   """
   step: jax.Array
   weights: jax.Array
@@ -126,9 +99,7 @@ class CurriculumState:
   key: jax.Array
   excluded: jax.Array
   rejected: jax.Array
-  bandit: bandit_lib.BanditState
-  exp3: exp3_lib.Exp3State
-  elastic: elastic_lib.ElasticState
+  mixer: PyTree
 
 
 def _tables(spec: CurriculumSpec):
@@ -223,7 +194,7 @@ def init(spec: CurriculumSpec, key: jax.Array) -> CurriculumState:
   lower, upper, _ = _bounds(spec, jnp.int32(0), jnp.zeros((num,), bool))
   # Phase 0 is fixed: the static strategy's own mixture, uniform for the mixers (nothing observed)
   # unless the first geometry holds a mixture of its own.
-  start_S = jnp.where(jnp.asarray(spec.held_geometries)[0],
+  start_S = jnp.where(jnp.asarray(spec.held)[0],
                       _held_mixture(spec, jnp.int32(0), upper), jnp.full((num,), 1.0 / num))
   w_S = simplex.project(start_S.astype(jnp.float32), lower, upper)
   length = _phase_length(spec, jax.random.fold_in(jax.random.wrap_key_data(key), 0), jnp.int32(0))
@@ -233,7 +204,7 @@ def init(spec: CurriculumSpec, key: jax.Array) -> CurriculumState:
       kinds=jnp.full((2,), KIND_FIXED, jnp.int32), geometries=jnp.zeros((2,), jnp.int32),
       phase_ids=jnp.zeros((2,), jnp.int32), next_start=length, key=key,
       excluded=jnp.zeros((num,), bool), rejected=jnp.zeros((num,), bool),
-      bandit=bandit_lib.init(num), exp3=exp3_lib.init(num), elastic=elastic_lib.init(num))
+      mixer=spec.mixer.init(num))
 
 
 def _decide(spec: CurriculumSpec, state: CurriculumState) -> CurriculumState:
@@ -245,41 +216,16 @@ def _decide(spec: CurriculumSpec, state: CurriculumState) -> CurriculumState:
   rejected = state.rejected | (state.excluded & ~applied)
 
   pivot = g != state.geometries[1]
-  bandit = bandit_lib.close_window(spec.bandit, state.bandit)
-  bandit = bandit_lib.discount(bandit, jnp.where(pivot, spec.bandit.pivot_discount, 1.0))
-
-  k_len, k_kind, k_sample, k_tie = jax.random.split(
-      jax.random.fold_in(jax.random.wrap_key_data(state.key), phase), 4)
+  key = jax.random.fold_in(jax.random.wrap_key_data(state.key), phase)
+  k_len = jax.random.split(key, 4)[0]   # the mixer splits the same key for its own draws
   here_S = simplex.project(state.weights[1], lower, upper)
-
-  def random_phase():
-    samples, _ = simplex.sample_uniform(k_sample, lower, upper, 1)
-    return samples[0].astype(jnp.float32)
-
-  def bandit_phase():
-    index_S = jnp.where(spec.bandit_reward_code == BANDIT_REWARDS.index("log_rate"),
-                        _rate_scores(state.elastic), bandit_lib.ucb_index(spec.bandit, bandit))
-    scores_S = index_S + _TIE_NOISE * jax.random.uniform(k_tie, index_S.shape, jnp.float32)
-    vertex_S = simplex.greedy_vertex(scores_S, lower, upper)
-    return ((1 - spec.eta) * here_S + spec.eta * vertex_S).astype(jnp.float32)
-
-  def fixed_phase():
-    return _held_mixture(spec, g, upper)
-
-  def exp3_phase():
-    return exp3_lib.distribution(spec.exp3, state.exp3, start + 1, upper > 0)
-
-  def elastic_phase():
-    return elastic_lib.distribution(spec.elastic, state.elastic, upper > 0)
-
-  is_random = jax.random.uniform(k_kind) < spec.random_share
-  code = spec.strategy_code
-  kind = jnp.select(
-      [jnp.asarray(spec.held_geometries)[g], code == STRATEGIES.index("exp3"),
-       code == STRATEGIES.index("elastic"), is_random],
-      [KIND_FIXED, KIND_EXP3, KIND_ELASTIC, KIND_RANDOM], KIND_BANDIT).astype(jnp.int32)
-  # Branch order follows the KIND_* codes; only the chosen branch runs.
-  w_S = jax.lax.switch(kind, (random_phase, bandit_phase, fixed_phase, exp3_phase, elastic_phase))
+  held_S = _held_mixture(spec, g, upper)
+  w_S, kind, mixer_state = spec.mixer.decide(
+      state.mixer, Decision(key=key, start=start, lower_S=lower, upper_S=upper, current_S=here_S,
+                            held_S=held_S, pivot=pivot))
+  held = jnp.asarray(spec.held)[g]
+  w_S = jnp.where(held, held_S, w_S)
+  kind = jnp.where(held, KIND_FIXED, kind).astype(jnp.int32)
   # One last exact projection: the floors and zeros hold exactly after float32 rounding.
   w_S = simplex.project(w_S, lower, upper)
 
@@ -289,16 +235,7 @@ def _decide(spec: CurriculumSpec, state: CurriculumState) -> CurriculumState:
       kinds=shift(state.kinds, kind), geometries=shift(state.geometries, g),
       phase_ids=shift(state.phase_ids, phase),
       next_start=start + _phase_length(spec, k_len, start),
-      rejected=rejected, bandit=bandit)
-
-
-def _rate_scores(state: elastic_lib.ElasticState) -> jax.Array:
-  """Bandit scores from the log-time learning rates: the rate where known, above every known rate
-  where not (an unknown source is explored first, like the UCB index's optimism)."""
-  r_S = elastic_lib.rates(state)
-  known = elastic_lib.known(state)
-  top = jnp.max(jnp.where(known, r_S, 0.0))
-  return jnp.where(known, r_S, jnp.abs(top) + 1.0)
+      rejected=rejected, mixer=mixer_state)
 
 
 def update(spec: CurriculumSpec, state: CurriculumState, step: jax.Array, losses: jax.Array,
@@ -324,10 +261,8 @@ def update(spec: CurriculumSpec, state: CurriculumState, step: jax.Array, losses
   step = jnp.asarray(step, jnp.int32)
   # The weights this step's batch was drawn from: the schedule before this update covers ``step``.
   used_S = lookup(schedule(state), step)
-  state = state.replace(step=step, bandit=bandit_lib.observe(state.bandit, losses, tokens),
-                        exp3=exp3_lib.observe(spec.exp3, state.exp3, losses, tokens, used_S),
-                        elastic=elastic_lib.observe(spec.elastic, state.elastic, step, losses,
-                                                    tokens))
+  state = state.replace(step=step, mixer=spec.mixer.observe(
+      state.mixer, Observation(step=step, losses_S=losses, tokens_S=tokens, weights_S=used_S)))
   due = step >= state.next_start - spec.decision_lag - 1
   return jax.lax.cond(due, functools.partial(_decide, spec), lambda s: s, state)
 
@@ -340,28 +275,31 @@ def schedule(state: CurriculumState) -> Schedule:
 def weights_at(sched: Schedule, step) -> np.ndarray:
   """Host-side: the weights of ``step`` (int, or an int array ``[...]`` -> ``[..., S]``) as numpy.
 
-  ``weights[1]`` from ``starts[1]`` on, else ``weights[0]``. Valid for steps from ``starts[0]`` up
-  to ``t + 1 + decision_lag`` when ``sched`` was read after ``update(step=t)``; every valid snapshot
-  gives the same weights for a step. ``ValueError`` for a step before ``starts[0]`` (an outdated
-  lookup).
+  :func:`lookup` with a check: valid for steps from ``starts[0]`` up to ``t + 1 + decision_lag``
+  when ``sched`` was read after ``update(step=t)``; every valid snapshot gives the same weights for
+  a step. ``ValueError`` for a step before ``starts[0]`` (an outdated lookup).
 
   Example:
     >>> sched = Schedule(np.array([[1., 0.], [0.5, 0.5]]), np.array([10, 30]))
     >>> weights_at(sched, 29), weights_at(sched, 30)
     (array([1., 0.]), array([0.5, 0.5]))
   """
-  weights = np.asarray(sched.weights)
-  starts = np.asarray(sched.starts)
+  sched = Schedule(weights=np.asarray(sched.weights), starts=np.asarray(sched.starts))
   step = np.asarray(step)
-  if np.any(step < starts[0]):
-    raise ValueError(f"step {step.min()} is before the schedule's first phase (start {starts[0]}): "
-                     "this schedule was read too late for that step")
-  return weights[(step >= starts[1]).astype(np.int64)]
+  if np.any(step < sched.starts[0]):
+    raise ValueError(f"step {step.min()} is before the schedule's first phase (start "
+                     f"{sched.starts[0]}): this schedule was read too late for that step")
+  return lookup(sched, step)
 
 
-def lookup(sched: Schedule, step: jax.Array) -> jax.Array:
-  """Device-side :func:`weights_at` for one step (jittable, no check): ``[S]``."""
-  return jnp.where(step >= sched.starts[1], sched.weights[1], sched.weights[0])
+def lookup(sched: Schedule, step) -> jax.Array | np.ndarray:
+  """The weights of ``step``: ``weights[1]`` from ``starts[1]`` on, else ``weights[0]`` (``[S]``,
+  or ``[..., S]`` for an array of steps). numpy in, numpy out (the host's batches); jax arrays or
+  tracers in, a jax array out (inside the step). No check: see :func:`weights_at`."""
+  xp = np if all(isinstance(x, (np.ndarray, np.generic, int))
+                 for x in (sched.weights, sched.starts, step)) else jnp
+  return xp.asarray(sched.weights)[(xp.asarray(step) >= xp.asarray(sched.starts)[1]).astype(
+      xp.int32)]
 
 
 def exclude(spec: CurriculumSpec, state: CurriculumState, mask: jax.Array) -> CurriculumState:
@@ -393,18 +331,14 @@ def exclude(spec: CurriculumSpec, state: CurriculumState, mask: jax.Array) -> Cu
 def metrics(spec: CurriculumSpec, state: CurriculumState) -> dict[str, jax.Array]:
   """Small arrays for logging, about the phase of ``state.step``. Jittable.
 
-  Keys: ``phase`` (number), ``phase_kind`` (0 random, 1 bandit, 2 fixed, 3 exp3, 4 elastic),
-  ``geometry``
-  (index into ``spec.geometry_names``), ``phase_start``, ``next_decision`` (step of the next
-  decision), ``weights`` ``[S]``, ``ucb`` ``[S]`` (bandit indices), ``bandit_mean`` ``[S]``
-  (reward with the prior), ``bandit_count`` ``[S]``, ``reward`` ``[S]`` (rescaled progress),
-  ``progress`` ``[S]`` (discounted learning progress, nats per token), ``reward_scale``,
-  ``exp3_score`` ``[S]`` (EXP3's cumulative reward score ``g``), ``log_rate`` ``[S]`` (the
-  elastic mixer's log-time learning rate, NaN while unknown), ``excluded`` and ``rejected``
-  ``[S]`` (int32).
+  Keys: ``phase`` (number), ``phase_kind`` (a ``KIND_*`` code of :mod:`.mixer`: 0 random, 1
+  bandit, 2 fixed, ...), ``geometry`` (index into ``spec.geometry_names``), ``phase_start``,
+  ``next_decision`` (step of the next decision), ``weights`` ``[S]``, ``excluded`` and ``rejected``
+  ``[S]`` (int32), then the mixer's own (``spec.mixer.metrics``; for ANDREA's walk the bandit's
+  ``ucb``, ``bandit_mean``, ``bandit_count``, ``reward``, ``progress`` ``[S]`` and
+  ``reward_scale``).
   """
   slot = (state.step >= state.starts[1]).astype(jnp.int32)
-  b = state.bandit
   return {
       "phase": state.phase_ids[slot],
       "phase_kind": state.kinds[slot],
@@ -412,14 +346,7 @@ def metrics(spec: CurriculumSpec, state: CurriculumState) -> dict[str, jax.Array
       "phase_start": state.starts[slot],
       "next_decision": state.next_start - spec.decision_lag - 1,
       "weights": state.weights[slot],
-      "ucb": bandit_lib.ucb_index(spec.bandit, b),
-      "bandit_mean": bandit_lib.means(spec.bandit, b),
-      "bandit_count": b.counts,
-      "reward": bandit_lib.rewards(spec.bandit, b),
-      "progress": bandit_lib.estimates(b),
-      "reward_scale": bandit_lib.reward_scale(b),
-      "exp3_score": exp3_lib.scores(state.exp3, jnp.ones_like(state.excluded)),
-      "log_rate": elastic_lib.rates(state.elastic),
       "excluded": state.excluded.astype(jnp.int32),
       "rejected": state.rejected.astype(jnp.int32),
+      **spec.mixer.metrics(state.mixer),
   }

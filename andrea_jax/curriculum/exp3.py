@@ -54,12 +54,14 @@ are none, a step's reward to ``+-1e30`` (a tiny ``pi`` with tokens), the cumulat
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 
 from andrea_jax.bandit import LOSS_CLIP, TOKENS_RANGE, check_numbers
+from andrea_jax.curriculum.mixer import KIND_EXP3, Decision, Mixer, Observation
 
 REWARD_CLIP = 1e30   # one step's importance-weighted reward, at most
 SUM_CLIP = 1e37      # a source's cumulative reward, at most (float32 ends at 3.4e38)
@@ -207,3 +209,18 @@ def distribution(params: Exp3Params, state: Exp3State, t: jax.Array,
   p_S = jax.nn.softmax(logits_S)
   k = k.astype(jnp.float32)
   return jnp.where(allowed, (1.0 - k * eps) * p_S + eps, 0.0).astype(jnp.float32)
+
+
+@functools.lru_cache(maxsize=None)
+def mixer(params: Exp3Params = Exp3Params()) -> Mixer:
+  """Strategy ``"exp3"``: the statistics observed at every step with the weights the batch was
+  drawn from, each phase's mixture :func:`distribution` at its start (then projected onto the
+  region by the engine). Logs ``exp3_score`` ``[S]``, the scores ``g``."""
+  def observe_step(state: Exp3State, obs: Observation) -> Exp3State:
+    return observe(params, state, obs.losses_S, obs.tokens_S, obs.weights_S)
+
+  def decide(state: Exp3State, d: Decision):
+    return distribution(params, state, d.start + 1, d.upper_S > 0), jnp.int32(KIND_EXP3), state
+
+  return Mixer(init=init, observe=observe_step, decide=decide,
+               metrics=lambda state: {"exp3_score": scores(state, jnp.ones_like(state.seen))})

@@ -33,6 +33,7 @@ import numpy as np
 
 from andrea_jax.curriculum import config as config_lib
 from andrea_jax.curriculum import engine
+from andrea_jax.curriculum.mixer import KIND_NAMES
 
 
 @flax.struct.dataclass
@@ -145,7 +146,7 @@ class SimulationResult:
     for a, b in zip(firsts, ends):
       g = int(self.geometries[a])
       out.append({"phase": int(ids[a]), "start": int(self.first_step + a), "length": int(b - a),
-                  "kind": engine.KIND_NAMES[int(self.kinds[a])],
+                  "kind": KIND_NAMES[int(self.kinds[a])],
                   "geometry": spec.geometry_names[g] if spec is not None else g})
     return out
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import hypothesis.strategies as st
 
-from andrea_jax.curriculum import BANDIT_REWARDS, STRATEGIES
+from andrea_jax.curriculum import STRATEGIES
 
 NON_FINITE = st.sampled_from([math.nan, math.inf, -math.inf])
 # Values of the wrong type for an int field (floats, even integral ones, are not ints).
@@ -265,7 +265,6 @@ def breakages() -> st.SearchStrategy[Breakage]:
       _float_field("curriculum.bandit.reward_knee", 0, math.inf, low_open=True),
       _float_field("curriculum.bandit.pivot_discount", 0, 1),
       _one("unknown name", "curriculum.bandit.discont", st.floats(0, 1), expect="discont"),
-      _enum_field("curriculum.bandit_reward", BANDIT_REWARDS),
       _float_field("curriculum.elastic.uniform_mix", 0, 1),
       _int_field("curriculum.elastic.burn_in", 0),
       _float_field("curriculum.elastic.forget", 0, math.inf),

@@ -1,27 +1,27 @@
 r"""Can a count model stand in for the proxy's probe runs? A screen, on the built-in corpus.
 
-    .venv/bin/python bench/count_proxy.py [--out runs/compare_mixers] [--model pooled|source]
+    python -m study.mixing.count_proxy [--out runs/compare_mixers] [--model pooled|source]
 
-The designed proxy (``python -m andrea_jax.fit_proxy``) fits each source's data elasticity on 20
+The designed proxy (``python -m study.mixing.fit_proxy``) fits each source's data elasticity on 20
 probe *training runs*: ten runs' worth of compute at the proxy's size, the recipe's whole cost.
 Here the 20 probe mixtures feed an n-gram count model instead: for each probe, one interpolated
 absolute-discounting model (discount 0.75 at every order, add-1/2 unigram) counts the first
 ``round(share_s * tokens)`` training tokens of every source (``tokens``: what a probe of the
 study has seen at the middle of its fitted window, 350 steps of 32 x 64), and each source's loss
 is its mean log-loss on the first 20,000 tokens of its held-out split (all of it where shorter).
-The same :func:`andrea_jax.curriculum.proxy.fit_elasticity` turns the 20 x 16 losses into
+The same :func:`study.mixing.proxy.fit_elasticity` turns the 20 x 16 losses into
 elasticities,
 compared with the recorded transformer fits at 0.13M and 0.85M parameters
-(``experiments/compare_mixers.py``: ``PROXY_HALF_ELASTICITY``, ``PROXY_HALF_4X128_ELASTICITY``).
+(``study/mixing/arms.py``: ``PROXY_HALF_ELASTICITY``, ``PROXY_HALF_4X128_ELASTICITY``).
 
 The rule, fixed before any correlation was seen: the count model's order is the one whose mean
 held-out loss under the uniform mixture is nearest the transformer proxy's mean training loss over
-the probes' fitted window (steps 300-399 of ``bench/compare_mixers.py``'s uniform run of seed 0,
+the probes' fitted window (steps 300-399 of ``python -m study.mixing.compare``'s uniform run of seed 0,
 which is that probe: reused from ``<out>/runs/uniform/seed0``, or trained there, about a
 minute); it would stand in for the probes if its fitted mixture (power 1.5) had Pearson r >= 0.9
 with the 0.13M fit's. Prints one row per order (1 to ``--max-order``).
 
-Found (``bench/RESULTS.md``, "A count model instead of the probes?"): it does not stand in. At the
+Found (``study/mixing/LOG.md``, "A count model instead of the probes?"): it does not stand in. At the
 rule's order, 3, the mixture's r is 0.13 with the 0.13M fit's (0.05 with the 0.85M fit's). With
 two tokens of context a count model cannot tell the sources apart (one model pooled over all the
 sources): the noise source gets by far the largest elasticity (0.96, the next 0.43, against 0.08
@@ -35,7 +35,7 @@ discounted at every level down to the unigram, which backs off to the pooled mod
 probability of the same token in the same context (:func:`source_aware_losses`): a model that
 knows which source it reads, as the transformer does, and still shares what the sources have in
 common. Should it pass, the next step, also fixed now: its elasticities at power 1.5 held for the
-first half of the run, then uniform, in ``bench/compare_mixers.py`` on the seeds and sizes of the
+first half of the run, then uniform, in ``python -m study.mixing.compare`` on the seeds and sizes of the
 transformer fit's ``proxy_half_p15_early`` (0.13M, seeds 0-8). Found: it fails as well, r 0.15
 at the rule's order (2), under 0.6 at every order; its elasticities are small and flat
 (0.003-0.057 at order 2 but for the noise source's 0.099) and put five of the seven sources the
@@ -45,7 +45,6 @@ transformer values most at the bottom.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 import time
@@ -53,9 +52,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-  sys.path.insert(0, REPO)
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 TOKENS = 350 * 32 * 64   # a probe's tokens at the middle of its fitted window (steps 300-399)
 EVAL_TOKENS = 20_000
@@ -181,7 +178,7 @@ def source_aware_losses(train: Sequence[np.ndarray], held_out: Sequence[np.ndarr
 def proxy_loss_level(run_dir: str, sources: Sequence[str]) -> float:
   """A uniform run's mean over sources of its training loss over steps 300-399 (the probes' fitted
   window: ``fit_proxy.late_losses`` with 400 steps and ``late`` 0.25)."""
-  from andrea_jax import fit_proxy
+  from study.mixing import fit_proxy
   return float(fit_proxy.late_losses(os.path.join(run_dir, "metrics.jsonl"), sources, 400,
                                      0.25).mean())
 
@@ -189,7 +186,7 @@ def proxy_loss_level(run_dir: str, sources: Sequence[str]) -> float:
 def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--out", default="runs/compare_mixers",
-                      help="bench/compare_mixers.py's --out: its uniform run of seed 0 is reused "
+                      help="python -m study.mixing.compare's --out: its uniform run of seed 0 is reused "
                            "from there, or trained")
   parser.add_argument("--max-order", type=int, default=6)
   parser.add_argument("--model", choices=("pooled", "source"), default="pooled",
@@ -199,13 +196,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   if not 1 <= args.max_order <= 7:
     parser.error(f"--max-order must be in [1, 7] (byte 7-grams fill an int64), "
                  f"got {args.max_order}")
-  spec = importlib.util.spec_from_file_location("compare_mixers_bench",
-                                                os.path.join(REPO, "bench", "compare_mixers.py"))
-  mixers = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mixers)
+  from study.mixing import compare as mixers
   exp = mixers.load_experiment()
   from andrea_jax import data as data_lib
-  from andrea_jax.curriculum import proxy
+  from study.mixing import proxy
   from andrea_jax.sources import SOURCES
 
   uniform_run = os.path.join(args.out, "runs", "uniform", "seed0")

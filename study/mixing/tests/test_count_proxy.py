@@ -1,17 +1,12 @@
-"""bench/count_proxy.py's count model, against probabilities worked out by hand and the rules every
+"""study/mixing/count_proxy.py's count model, against probabilities worked out by hand and the rules every
 distribution must follow. (The screen on the built-in corpus is the benchmark's job.)"""
 
-import importlib.util
 import itertools
-import os
 
 import numpy as np
 import pytest
 
-_spec = importlib.util.spec_from_file_location(
-    "count_proxy_bench", os.path.join(os.path.dirname(__file__), "..", "bench", "count_proxy.py"))
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+from study.mixing import count_proxy as bench
 
 
 def test_gram_keys_are_base_expansions():

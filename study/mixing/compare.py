@@ -1,10 +1,10 @@
 r"""Does the curriculum help? Every mixing strategy trained side by side, scored on held-out loss.
 
-    .venv/bin/python bench/compare_mixers.py [--out runs/compare_mixers] \
+    .venv/bin/python -m study.mixing.compare [--out runs/compare_mixers] \
         [--figure bench/figures/compare_mixers.png] [--arms uniform,static,andrea,...] \
         [--seeds 0,1,2] [--tune] [--fit-elasticity] [--quick]
 
-Each arm of ``experiments/compare_mixers.py`` (a strategy and a geometry schedule, with the
+Each arm of ``study/mixing/arms.py`` (a strategy and a geometry schedule, with the
 hyper-parameters picked by ``--tune``) is trained with :func:`andrea_jax.train.train_and_evaluate`
 for every seed: the same model, steps, tokens, optimizer and held-out windows; the same seed gives
 the same initial weights and the same random streams in every arm. A finished run is reused (its
@@ -53,7 +53,7 @@ losses of the ``--arms`` runs (:func:`fit_elasticity`) and print the mixture it 
 estimate (:func:`within_run_elasticity`, from the run's share variation alone, as an online mixer
 would have to) agrees with that pooled fit.
 
-``--fit-proxy``: run the designed probes of :mod:`andrea_jax.curriculum.proxy` (``PROBE_ARMS``,
+``--fit-proxy``: run the designed probes of :mod:`study.mixing.proxy` (``PROBE_ARMS``,
 20 static mixtures in a two-level orthogonal array) at ``TUNING_SEED`` and fit each source's
 elasticity on their training losses: the ``PROXY_ELASTICITY`` behind the ``proxy_early`` arm.
 
@@ -68,7 +68,6 @@ machinery in a minute.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import os
@@ -79,9 +78,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-  sys.path.insert(0, REPO)
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 DEFAULT_ARMS = ("uniform", "static", "andrea", "bandit_only", "random_only", "exp3", "elastic",
                 "elastic_andrea")
@@ -91,12 +88,9 @@ OVERHEAD_REFERENCE = "static"
 
 
 def load_experiment():
-  """``experiments/compare_mixers.py`` as a module (experiments/ is not a package)."""
-  spec = importlib.util.spec_from_file_location(
-      "compare_mixers_experiment", os.path.join(REPO, "experiments", "compare_mixers.py"))
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
-  return mod
+  """The study's arms (:mod:`study.mixing.arms`)."""
+  from study.mixing import arms
+  return arms
 
 
 # --------------------------------------------------------------------------------------------------
@@ -827,7 +821,7 @@ def tune(exp, args, runner, only: Sequence[str] | None = None) -> int:
     json.dump({"seed": exp.TUNING_SEED, "picks": picks, "arm_picks": arm_picks, "rows": rows},
               f, indent=1)
   if picks:
-    print(f"\npicks (copy into SELECTED of experiments/compare_mixers.py): {json.dumps(picks)}")
+    print(f"\npicks (copy into SELECTED of study/mixing/arms.py): {json.dumps(picks)}")
   if arm_picks:
     print(f"\nrecipe picks (the arm of TUNING_ARMS to report): {json.dumps(arm_picks)}")
   return 0
@@ -835,10 +829,10 @@ def tune(exp, args, runner, only: Sequence[str] | None = None) -> int:
 
 def fit_proxy(exp, args, runner) -> int:
   """Runs the designed probes (``PROBE_ARMS``) at ``TUNING_SEED`` and fits each source's
-  elasticity on their training losses (:func:`andrea_jax.curriculum.proxy.fit_elasticity`); prints
+  elasticity on their training losses (:func:`study.mixing.proxy.fit_elasticity`); prints
   and writes ``<out>/proxy_fit.{md,json}`` with ``PROXY_ELASTICITY`` to copy into the experiment,
   its agreement with ``FITTED_ELASTICITY`` (the hindsight fit) and the probes' cost."""
-  from andrea_jax.curriculum import proxy
+  from study.mixing import proxy
   from andrea_jax.sources import SOURCES
   shares, losses, walls = [], [], []
   for arm in exp.PROBE_ARMS:
@@ -885,7 +879,7 @@ def main(argv: Sequence[str] | None = None, runner: Callable = train_runner) -> 
                       help="directory for the runs, tables and JSON (default runs/compare_mixers)")
   parser.add_argument("--figure", default=None, help="PNG path (default <out>/<name>.png)")
   parser.add_argument("--arms", default=",".join(DEFAULT_ARMS),
-                      help="comma-separated arms of experiments/compare_mixers.py (uniform first)")
+                      help="comma-separated arms of study/mixing/arms.py (uniform first)")
   parser.add_argument("--seeds", default=None, help="comma-separated seeds (default 0,1,2)")
   parser.add_argument("--steps", type=int, default=None, help="steps per run (default the study's)")
   parser.add_argument("--name", default="compare_mixers",
@@ -907,7 +901,7 @@ def main(argv: Sequence[str] | None = None, runner: Callable = train_runner) -> 
                       help="measure the step times again, not reuse <out>/<name>_overhead.json")
   parser.add_argument("--fit-elasticity", action="store_true",
                       help="print the elasticities fitted on the --arms' training losses instead "
-                           "of a report (FITTED_ELASTICITY of experiments/compare_mixers.py)")
+                           "of a report (FITTED_ELASTICITY of study/mixing/arms.py)")
   parser.add_argument("--fit-proxy", action="store_true",
                       help="run the designed probes (PROBE_ARMS) at the tuning seed and print "
                            "the PROXY_ELASTICITY fitted on their training losses")

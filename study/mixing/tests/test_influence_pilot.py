@@ -1,4 +1,4 @@
-"""``andrea_jax.curriculum.influence``'s pilot and ``fit_proxy --method influence``: the measured
+"""``study.mixing.influence``'s pilot and ``fit_proxy --method influence``: the measured
 state, the sources solved at once, the Gauss-Newton rows, the cost, the fit file and bad input."""
 
 import json
@@ -13,14 +13,15 @@ import numpy as np
 import optax
 import pytest
 
-from andrea_jax import curriculum, data, fit_proxy, runconfig, step, train
-from andrea_jax.curriculum import influence as inf
-from andrea_jax.curriculum import proxy
+from andrea_jax import curriculum, data, runconfig, step, train
+from study.mixing import fit_proxy
+from study.mixing import influence as inf
+from study.mixing import proxy
 from andrea_jax.sources import SOURCES
 from tests.util import small_run_config
-from tests.test_gradient_probe import _dense_gauss_newton
+from study.mixing.tests.test_gradient_probe import _dense_gauss_newton
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 def _four_rows():
@@ -95,6 +96,7 @@ def test_measurement_tokens_by_hand():
   assert inf.measurement_tokens(16, 128, 64, 10) == (128 + 16 * 11 * 128) * 64
 
 
+@pytest.mark.slow
 def test_the_pilot_measures_the_state_before_each_step_on_that_steps_batches(data_cache):
   # A hand-driven run of the same config (the README's own loop): the state before step t, the
   # batches of steps t .. t + batches - 1 and 1 / (the learning rates summed over steps < t).
@@ -140,6 +142,7 @@ def _fake_pilot(calls, b=np.linspace(-0.05, 0.5, 16)):
   return fn
 
 
+@pytest.mark.slow
 def test_the_fit_file_is_the_probes_format_and_the_pilot_is_reused(tmp_path, monkeypatch):
   tiny = fit_proxy.load_config_file(str(ROOT / "experiments" / "tiny.py"))
   config = fit_proxy.load_config_file(str(ROOT / "experiments" / "tiny.py"))
@@ -168,7 +171,7 @@ def test_the_fit_file_is_the_probes_format_and_the_pilot_is_reused(tmp_path, mon
     fit_proxy.fit_influence(config, str(tmp_path), iters=20, pilot_fn=_fake_pilot(calls))
   # the target run reads the last fit written (power 1) as it reads the probes' fit
   monkeypatch.chdir(ROOT)
-  c = fit_proxy.load_config_file(f"experiments/proxy.py:{tmp_path}")
+  c = fit_proxy.load_config_file(f"study/mixing/proxy_config.py:{tmp_path}")
   assert c.model.to_dict() == tiny.model.to_dict()
   w = simulate_weights(c, 10)
   np.testing.assert_allclose(w, np.broadcast_to(again["mixture"], (10, 16)), atol=1e-6)
@@ -180,6 +183,7 @@ def simulate_weights(config, n):
   return simulate.simulate(spec, jax.random.key(0), n).weights
 
 
+@pytest.mark.slow
 def test_gn_rows_zero_reads_the_matrix_on_every_row(tmp_path):
   calls = []
   out = fit_proxy.fit_influence(fit_proxy.load_config_file(str(ROOT / "experiments" / "tiny.py")),
@@ -226,8 +230,9 @@ def test_a_damaged_pilot_record_is_named(tmp_path):
     fit_proxy.fit_influence(config, str(tmp_path), pilot_fn=_fake_pilot([]))
 
 
+@pytest.mark.slow
 def test_the_command_line_refuses_a_bad_fraction_with_one_line(tmp_path):
-  r = subprocess.run([sys.executable, "-m", "andrea_jax.fit_proxy", "--method=influence",
+  r = subprocess.run([sys.executable, "-m", "study.mixing.fit_proxy", "--method=influence",
                       "--config=experiments/tiny.py", f"--workdir={tmp_path}", "--at=0.3,2"],
                      cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert r.returncode == 1

@@ -1,6 +1,6 @@
 r"""Data elasticities read off one pilot run's curvature: the truncated-horizon influence.
 
-The designed proxy (:mod:`.proxy`, ``python -m andrea_jax.fit_proxy``) pays for each source's
+The designed proxy (:mod:`.proxy`, ``python -m study.mixing.fit_proxy``) pays for each source's
 data elasticity ``b_s = -dL_s / d ln w_s`` with 20 probe runs. This module reads the same
 quantity off one uniform run instead. A change of share moves the *balance* between the sources'
 tugs, and the balance point's response is the influence function; a run of finite length is at
@@ -19,7 +19,7 @@ balance point's response in those that have. The system is positive definite and
 conjugate gradients preconditioned with ``P`` (one solve per source, all sources at once under
 ``jax.vmap``).
 
-Measured on the built-in corpus (``bench/RESULTS.md``, "Can the gradients replace the probes?"
+Measured on the built-in corpus (``study/mixing/LOG.md``, "Can the gradients replace the probes?"
 and "One pilot run instead of 20 probes"): four measurements late in the first half of a uniform
 0.13M run give the 20 probes' elasticities back (Pearson r 0.93 of the power-1.5 mixtures, in the
 probes' units); as the recipe's fit they reach uniform's final loss 19.5% sooner (nine seeds; the

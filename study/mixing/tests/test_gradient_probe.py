@@ -1,9 +1,7 @@
-"""The influence estimator (andrea_jax.curriculum.influence) and bench/gradient_probe.py's other
+"""The influence estimator (study.mixing.influence) and study/mixing/gradient_probe.py's other
 pieces, against numbers worked by hand, dense matrices and optax's own AdamW. (The screens on the
 built-in corpus are the benchmark's job.)"""
 
-import importlib.util
-import os
 
 import jax
 import jax.flatten_util
@@ -11,13 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from andrea_jax.curriculum import influence as inf
+from study.mixing import influence as inf
 
-_spec = importlib.util.spec_from_file_location(
-    "gradient_probe_bench",
-    os.path.join(os.path.dirname(__file__), "..", "bench", "gradient_probe.py"))
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+from study.mixing import gradient_probe as bench
 
 
 def test_halves_alternate_each_sources_rows():

@@ -16,7 +16,7 @@ model decides the mixture of a larger one), with the probes laid out as a design
    the equal-weight mean loss of a fixed mixture is smallest at shares proportional to ``b``.
 3. **Schedule** (:func:`elasticity_mixture`, :func:`proxy_schedule`): that mixture, mixed with
    uniform by ``1 - lam``, held for the first ``hold`` of the run, then the uniform mixture under
-   the static strategy, or the mixer under another one (measured in ``bench/compare_mixers.py``:
+   the static strategy, or the mixer under another one (measured in ``python -m study.mixing.compare``:
    the gain is made early, and the uniform part repairs what the mixture cost the sources it
    starved).
 
@@ -24,7 +24,7 @@ Fits made at two or more proxy sizes can be read at the target's size (:func:`sc
 per source, a line in the log of the parameter count). On the built-in corpus a 0.85M proxy
 values most sources' rows more than a 0.13M one does (the prose, ``dictionary`` and
 ``repo-docstrings`` most), but reading the fits at the target's size moved the schedule's gain by
-about a point of the steps, within the seeds' spread (``bench/RESULTS.md``, "A proxy nearer the
+about a point of the steps, within the seeds' spread (``study/mixing/LOG.md``, "A proxy nearer the
 target's size"). Sharpening the mixture (``elasticity_mixture(b, power=1.5)``) with the fit
 made at the target's size took the uniform mixture's final loss from 19.4% to 23.4% fewer steps
 at 0.13M (nine seeds) and from 20.6% to 22.1% at 0.85M (three; 22.9% over six), and gave a 2.76M
@@ -33,8 +33,8 @@ the 0.13M fit alone, sharpened, gave 20.2% at 0.85M and 17.4% at 2.76M ("Power 1
 size").
 
 Everything here is numpy and config: the probes and the run are ordinary training runs
-(``python -m andrea_jax.fit_proxy`` runs the probes, at half length by default, and writes the
-fit; ``bench/compare_mixers.py --fit-proxy`` is the study's whole-probe version).
+(``python -m study.mixing.fit_proxy`` runs the probes, at half length by default, and writes the
+fit; ``python -m study.mixing.compare --fit-proxy`` is the study's whole-probe version).
 
 Example::
 
@@ -54,7 +54,7 @@ from typing import NamedTuple
 import ml_collections
 import numpy as np
 
-from andrea_jax.curriculum.config import geometry
+from andrea_jax.curriculum import geometry
 from andrea_jax.sources import SOURCES
 
 

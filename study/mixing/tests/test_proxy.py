@@ -8,7 +8,8 @@ import pytest
 from scipy import stats
 
 from andrea_jax import curriculum
-from andrea_jax.curriculum import proxy, simulate
+from andrea_jax.curriculum import simulate
+from study.mixing import proxy
 from andrea_jax.sources import SOURCES
 
 

@@ -1,17 +1,12 @@
-"""bench/inrun_probe.py's in-run elasticity fit and its design, against losses built from known
+"""study/mixing/inrun_probe.py's in-run elasticity fit and its design, against losses built from known
 elasticities. (The screen on the built-in corpus is the benchmark's job.)"""
 
-import importlib.util
 import json
-import os
 
 import numpy as np
 import pytest
 
-_spec = importlib.util.spec_from_file_location(
-    "inrun_probe_bench", os.path.join(os.path.dirname(__file__), "..", "bench", "inrun_probe.py"))
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+from study.mixing import inrun_probe as bench
 
 
 def _design_rows(num_sources=4, block=5, blocks=8, batch=32):

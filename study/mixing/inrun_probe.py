@@ -1,12 +1,12 @@
 r"""Can the target run probe itself? A screen of in-run designed probing, on the built-in corpus.
 
-    .venv/bin/python bench/inrun_probe.py [--out runs/inrun_probe] [--seed 100]
+    python -m study.mixing.inrun_probe [--out runs/inrun_probe] [--seed 100]
 
-The designed proxy (``python -m andrea_jax.fit_proxy``) pays for its elasticities with 20 probe
+The designed proxy (``python -m study.mixing.fit_proxy``) pays for its elasticities with 20 probe
 runs, ten runs' worth at the proxy's size: the reason the recipe misses the issue's under-1%
 overhead on this testbed. Here the target run itself is the experiment: its first quarter (steps
 0-199 of the study's 800, the learning-rate schedule the whole run's) is cut into 20 blocks of 10
-steps, block ``k`` holding the probes' mixture ``k`` (:func:`andrea_jax.curriculum.proxy.
+steps, block ``k`` holding the probes' mixture ``k`` (:func:`study.mixing.proxy.
 probe_mixtures`: every source high, 4x a low source's share, in exactly half the blocks, any two
 high together in a quarter), and each source's elasticity is read off the run's own per-step
 training losses (logged every step; no extra forward pass, no evaluation split): least squares of
@@ -28,7 +28,7 @@ the recent share (an exponential average over 100 steps, ``compare_mixers.within
 in place of the cumulative one, and the cumulative regression on losses centred across the sources
 at each step (the common fall removed before the fit).
 
-Found (``bench/RESULTS.md``, "Can the target run probe itself?"): it fails, r 0.41 (0.83 centred,
+Found (``study/mixing/LOG.md``, "Can the target run probe itself?"): it fails, r 0.41 (0.83 centred,
 0.40 on the recent share). The in-run ``b`` are up to ten times the probes' and of either sign:
 the steep early fall leaks into the share regressor, and on an exact power law with this design
 and the run's loss noise (sd 0.14) the regression errs by 0.12 in ``b``, as much as most
@@ -38,7 +38,6 @@ sources' ``b``. The 20 probe runs remain the recipe's cost.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import os
@@ -48,9 +47,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-  sys.path.insert(0, REPO)
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 BLOCKS = 20          # one per probe mixture
 BLOCK_STEPS = 10     # 20 x 10 = the first quarter of the study's 800 steps
@@ -131,11 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument("--seed", type=int, default=100, help="the tuning seed (never a reported one)")
   args = p.parse_args(argv)
 
-  spec = importlib.util.spec_from_file_location("compare_mixers_bench",
-                                                os.path.join(REPO, "bench", "compare_mixers.py"))
-  cm = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(cm)
-  from andrea_jax.curriculum import proxy
+  from study.mixing import compare as cm
+  from study.mixing import proxy
   from andrea_jax.sources import SOURCES
   exp = cm.load_experiment()
 

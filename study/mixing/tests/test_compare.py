@@ -1,8 +1,7 @@
-"""bench/compare_mixers.py's machinery on a trivially small setting: a fake trainer writes known
+"""python -m study.mixing.compare's machinery on a trivially small setting: a fake trainer writes known
 curves, the comparison must find the crossing steps, paired differences and tuning picks worked out
 by hand, and write its table, JSON and figure. (Real training runs are the benchmark's job.)"""
 
-import importlib.util
 import json
 import math
 import os
@@ -13,11 +12,7 @@ import pytest
 
 from andrea_jax.sources import SOURCES
 
-_spec = importlib.util.spec_from_file_location(
-    "compare_mixers_bench",
-    os.path.join(os.path.dirname(__file__), "..", "bench", "compare_mixers.py"))
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+from study.mixing import compare as bench
 
 
 def test_steps_to_reach():
@@ -223,7 +218,7 @@ def test_progress_snr_and_recency():
 
 
 def test_every_arm_is_a_valid_run_config():
-  """Each arm of experiments/compare_mixers.py validates; the fitted probes' mixtures are a half
+  """Each arm of study/mixing/arms.py validates; the fitted probes' mixtures are a half
   (a quarter, three quarters) the normalised fitted elasticities and the rest uniform, to 0.001
   (worked out from the listed numbers)."""
   import jax
@@ -231,7 +226,7 @@ def test_every_arm_is_a_valid_run_config():
   exp = bench.load_experiment()
   for arm in exp.ARMS:
     run = runconfig.build(exp.arm_config(arm))
-    assert run.curriculum_spec.strategy == exp.ARMS[arm][0]
+    assert run.curriculum_spec.strategy == exp.arm_settings(arm).get("strategy", exp.ARMS[arm][0])
   b = np.array(exp.FITTED_ELASTICITY)
   for arm, lam in (("static_fitted", 0.5), ("static_fitted_25", 0.25), ("static_fitted_75", 0.75)):
     spec = runconfig.build(exp.arm_config(arm)).curriculum_spec
@@ -240,7 +235,8 @@ def test_every_arm_is_a_valid_run_config():
     # The region is {w >= 0.999 m}: the 0.001 left over goes where the projection of uniform puts
     # it.
     assert np.all(w >= 0.999 * m - 1e-7) and np.abs(w - m).sum() <= 2e-3, arm
-  assert exp.arm_settings("andrea_floor_log_rate")["bandit_reward"] == "log_rate"
+  assert exp.arm_settings("andrea_floor_log_rate")["strategy"] == (
+      "study.mixing.mixers:andrea_log_rate")
   # The timing probes: the lambda = 0.5 mixture for one half of the 800 steps, uniform (the
   # projection of uniform onto the full simplex) for the other; a phase may run past the switch
   # by the decision lag at most, so the steps next to it are left out.

@@ -1,14 +1,14 @@
-r"""The influence pilot end to end: what ``python -m andrea_jax.fit_proxy --method influence`` costs
+r"""The influence pilot end to end: what ``python -m study.mixing.fit_proxy --method influence`` costs
 and whether its cheap settings give the exact solves' mixture.
 
-    .venv/bin/python bench/influence_pilot.py [--out runs/influence_pilot] \
+    python -m study.mixing.influence_pilot [--out runs/influence_pilot] \
         [--variants cg10,cg10_gn32]
 
-The study's uniform config at the tuning seed (``experiments/compare_mixers.py:uniform``,
+The study's uniform config at the tuning seed (``study/mixing/arms.py:uniform``,
 ``--config.seed=100``: 0.13M parameters, 800 steps of 32 x 64 tokens) is the pilot, as the screen
-``bench/gradient_probe.py --method influence`` ran it: one uniform run to step 379, measured at
+``study/mixing/gradient_probe.py --method influence`` ran it: one uniform run to step 379, measured at
 steps 300, 325, 350 and 375 on the four batches from each, the four estimates averaged. Each
-variant runs the command's own code (:func:`andrea_jax.fit_proxy.fit_influence`) in this process:
+variant runs the command's own code (:func:`study.mixing.fit_proxy.fit_influence`) in this process:
 
 * ``cg10``: 10 conjugate-gradient iterations per source, the Gauss-Newton matrix on all 128 rows
   of a measurement (the command's first default, ``--gn_rows 0`` now);
@@ -20,7 +20,7 @@ variant runs the command's own code (:func:`andrea_jax.fit_proxy.fit_influence`)
 Printed per variant: the training steps' and the measurements' wall (compilation included),
 their sum in runs of the same config (a run being 800 of the pilot's own training steps, timed
 in the same process), the estimated compute in runs (parameters x tokens,
-:func:`andrea_jax.fit_proxy.pilot_cost`, an upper bound), and the Pearson r of the power-1.5
+:func:`study.mixing.fit_proxy.pilot_cost`, an upper bound), and the Pearson r of the power-1.5
 mixture with the recorded exact pilot's (``INFLUENCE_PILOT_ELASTICITY``) and with the 20
 half-length probes' (``PROXY_HALF_ELASTICITY``).
 
@@ -32,7 +32,7 @@ command gives a user. ``cg10_gn32`` becomes the default only if its r with the e
 >= 0.95 too and its arm, scored on the same nine seeds, reaches uniform's final loss at least as
 soon as ``cg10``'s (mean steps); otherwise it is recorded only.
 
-Found (``bench/RESULTS.md``, "The pilot as a command"): ``cg10`` r 0.992 with the exact pilot's
+Found (``study/mixing/LOG.md``, "The pilot as a command"): ``cg10`` r 0.992 with the exact pilot's
 mixture, 2.9 runs' wall; ``cg10_gn32`` r 0.976, 0.9 runs' wall. Scored on seeds 0-8 against
 uniform: ``cg10`` 20.0% fewer steps (-0.047 ± 0.012), ``cg10_gn32`` 24.4% (-0.065 ± 0.013, every
 seed 21.6-27.6%; ahead of ``cg10`` on all nine, -0.018 ± 0.005), so ``cg10_gn32`` is the
@@ -56,7 +56,7 @@ probes'). Found: r 0.94 (0.91 on ``b``), so scored (``influence_b8_4x128_p15_ear
 fewer steps on seeds 0-2 (-0.057 ± 0.010; the 0.85M probes' recipe 22.1%).
 
 Fresh seeds, fixed before their runs: the default's arm and the probes' (``proxy_half_p15_early``)
-against uniform on seeds 9-14, never used to pick anything (``python bench/compare_mixers.py
+against uniform on seeds 9-14, never used to pick anything (``python -m study.mixing.compare
 --no-overhead --name influence_fresh --seeds 9,10,11,12,13,14 --arms
 uniform,proxy_half_p15_early,influence_cg10_gn32_p15_early``), reported whatever they show.
 Found: the pilot's arm 24.1% (-0.067 ± 0.016), the probes' 22.4% (-0.060 ± 0.014).
@@ -72,9 +72,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-  sys.path.insert(0, REPO)
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 VARIANTS = {"cg10": {"iters": 10, "gn_rows": 0}, "cg10_gn32": {"iters": 10, "gn_rows": 32},
             "cg100": {"iters": 100, "gn_rows": 0}}
@@ -93,14 +91,13 @@ def main(argv: Sequence[str] | None = None) -> int:
   if unknown:
     p.error(f"unknown variants {unknown}: choose from {', '.join(VARIANTS)}")
 
-  from andrea_jax import fit_proxy
-  from andrea_jax.curriculum import proxy
-  sys.path.insert(0, os.path.join(REPO, "bench"))
-  from gradient_probe import load_bench
+  from study.mixing import fit_proxy
+  from study.mixing import proxy
+  from andrea_jax.config import load_config_file
+  from study.mixing.gradient_probe import load_bench
   cm = load_bench("compare_mixers")
   exp = cm.load_experiment()
-  config = fit_proxy.load_config_file(os.path.join(REPO, "experiments", "compare_mixers.py")
-                                      + ":uniform")
+  config = load_config_file(os.path.join(REPO, "study", "mixing", "arms.py") + ":uniform")
   config.seed = args.seed
   exact = proxy.elasticity_mixture(np.asarray(exp.INFLUENCE_PILOT_ELASTICITY), power=POWER)
   probes = proxy.elasticity_mixture(np.asarray(exp.PROXY_HALF_ELASTICITY), power=POWER)

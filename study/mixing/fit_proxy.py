@@ -1,11 +1,11 @@
 r"""Fit a mixture schedule on small proxy runs, then train with it.
 
-  python -m andrea_jax.fit_proxy --config=experiments/tiny.py --workdir=runs/proxy \
+  python -m study.mixing.fit_proxy --config=experiments/tiny.py --workdir=runs/proxy \
       --config.model.num_layers=2 --config.model.d_model=64 --config.model.d_mlp=256
-  python -m andrea_jax.main --config=experiments/proxy.py:runs/proxy --workdir=runs/with_proxy
+  python -m andrea_jax.main --config=study/mixing/proxy_config.py:runs/proxy --workdir=runs/with_proxy
 
 The first command trains the config's run once per designed probe mixture
-(:func:`andrea_jax.curriculum.proxy.probe_mixtures`: 20 runs for 16 sources, each source 4x more
+(:func:`study.mixing.proxy.probe_mixtures`: 20 runs for 16 sources, each source 4x more
 in half of them), with the static strategy on the full simplex and the model as overridden here
 (make it the small proxy: the probes' compute is the recipe's cost, printed first in runs of
 the config file's own model, :func:`probe_cost`), into ``<workdir>/probe_<k>/``. Each probe stops
@@ -23,7 +23,7 @@ uniform after) and fits the losses after the switch (``--stop 1 --late 0.25``).
 
 ``--method influence`` replaces the 20 probes with one uniform pilot run of the config, stopped
 after its last measurement (step 379 of 800 by default), whose truncated-horizon influence
-(:mod:`andrea_jax.curriculum.influence`) is measured at ``--at`` (fractions of
+(:mod:`study.mixing.influence`) is measured at ``--at`` (fractions of
 ``train.num_steps``) with ``--cg_iters`` conjugate-gradient iterations per source and the
 Gauss-Newton matrix on ``--gn_rows`` rows (default: the measured step's own batch; 0: all), into
 ``<workdir>/pilot.json`` (reused when run again with the same config) and the same
@@ -31,11 +31,11 @@ Gauss-Newton matrix on ``--gn_rows`` rows (default: the measured step's own batc
 
 The second command trains the config file the probes were made from (*without* the proxy's
 overrides: the target's own model) under that mixture for the first ``hold`` of its steps, then
-the uniform mixture (``experiments/proxy.py``). Measured on the built-in corpus
-(``bench/RESULTS.md``, "A designed proxy"): with probes of the target's own size and the default
+the uniform mixture (``study/mixing/proxy_config.py``). Measured on the built-in corpus
+(``study/mixing/LOG.md``, "A designed proxy"): with probes of the target's own size and the default
 ``--power 1.5``, the uniform mixture's final held-out loss in 23.4% fewer steps at 0.13M
 parameters (nine seeds) and 23.2% at 0.85M (nine); 18.7% at 2.76M (nine) from fits at 0.13M
-and 0.85M read at its size (``experiments/proxy.py:fit_a,fit_b``); a 0.13M fit alone, 17-20% at
+and 0.85M read at its size (``study/mixing/proxy_config.py:fit_a,fit_b``); a 0.13M fit alone, 17-20% at
 0.85-2.76M. Power 1 gave 16-19.5% at 0.13-6.4M.
 """
 
@@ -61,7 +61,7 @@ def probe_config(config: ml_collections.ConfigDict, mixture: Sequence[float],
   full simplex for the first ``round(hold * train.num_steps)`` steps (``hold = 1``: throughout),
   then the uniform mixture (whatever ``curriculum.static_mixture`` was), stopped after
   ``stop_step`` steps (0: the whole run); checkpoints only at the end, no plots or progress bar."""
-  from andrea_jax.curriculum import proxy
+  from study.mixing import proxy
   geometries = proxy.proxy_schedule(np.asarray(mixture, np.float64), int(config.train.num_steps),
                                     hold=hold, sources=sources, name="probe")
   c = copy.deepcopy(config)
@@ -134,17 +134,13 @@ def model_params(config: ml_collections.ConfigDict) -> int:
 
 
 def load_config_file(spec: str) -> ml_collections.ConfigDict:
-  """``get_config`` of the config file ``path[:argument]`` (as ``--config`` names it); a
-  ``ValueError`` names a file that does not exist."""
-  import importlib.util
-  path, _, arg = spec.partition(":")
-  module_spec = importlib.util.spec_from_file_location("proxy_base_config", path)
-  if module_spec is None or not os.path.exists(path):
-    raise ValueError(f"config file {path!r} (recorded in {FIT_FILE}) does not exist; run from "
-                     "the directory the probes were run from")
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  return module.get_config(arg) if arg else module.get_config()
+  """:func:`andrea_jax.config.load_config_file`, its error naming the fit file that recorded it."""
+  from andrea_jax.config import load_config_file as load
+  try:
+    return load(spec)
+  except ValueError as e:
+    raise ValueError(f"{e} (recorded in {FIT_FILE}); run from the directory the probes were run "
+                     "from") from None
 
 
 def _checkpointed_to(probe_dir: str) -> int:
@@ -178,7 +174,7 @@ def _check_target_schedule(target: ml_collections.ConfigDict, sources: Sequence[
   """A ``ValueError`` if the target run's schedule (a mixture for ``hold`` of its steps, then
   uniform) is invalid, e.g. a hold shorter than a phase."""
   from andrea_jax import runconfig
-  from andrea_jax.curriculum import proxy
+  from study.mixing import proxy
   check = target.copy_and_resolve_references()
   check.curriculum.strategy = "static"
   check.curriculum.geometries = proxy.proxy_schedule(
@@ -207,14 +203,14 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *, ratio: float = 4.0, 
   Returns (and writes to ``<workdir>/proxy_fit.json``) ``{"sources", "b", "r2", "intercept",
   "mixture", "lam", "power", "hold", "ratio", "num_steps", "probe_steps", "stop", "late", "probes",
   "probe_mixtures", "late_losses", "config_file", "num_params"}`` (``num_params``: the probes'
-  model's, for reading fits at two sizes at a target's: ``experiments/proxy.py``) and, when
+  model's, for reading fits at two sizes at a target's: ``study/mixing/proxy_config.py``) and, when
   ``target`` (the config the fit is for: the config file without the proxy's overrides) is given,
   ``"target_params"`` and ``"probe_cost"`` (:func:`probe_cost`, printed before the probes run).
   ``runner(config, workdir)`` trains one probe (default
   :func:`andrea_jax.train.train_and_evaluate`).
   """
   from andrea_jax import runconfig
-  from andrea_jax.curriculum import proxy
+  from study.mixing import proxy
   for name, value, low_open in (("stop", stop, True), ("late", late, True), ("hold", hold, True),
                                 ("lam", lam, False)):
     if not ((0 < value if low_open else 0 <= value) and value <= 1):   # before any run
@@ -345,8 +341,8 @@ def pilot_cost(pilot: ml_collections.ConfigDict, target: ml_collections.ConfigDi
                gn_rows: int | None) -> float:
   """The pilot's compute in target runs, counted as parameters x tokens like :func:`probe_cost`:
   ``steps_run`` training steps and ``measurements`` measurements of ``rows`` rows
-  (:func:`andrea_jax.curriculum.influence.measurement_tokens`: an upper bound)."""
-  from andrea_jax.curriculum import influence
+  (:func:`study.mixing.influence.measurement_tokens`: an upper bound)."""
+  from study.mixing import influence
   seq_len = int(pilot.data.seq_len)
   tokens = (steps_run * int(pilot.data.global_batch_size) * seq_len
             + measurements * influence.measurement_tokens(num_sources, rows, seq_len, iters,
@@ -363,11 +359,11 @@ def fit_influence(config: ml_collections.ConfigDict, workdir: str, *,
                   target: ml_collections.ConfigDict | None = None,
                   pilot_fn: Callable | None = None) -> dict:
   """One uniform pilot run of ``config`` in place of the probes: its truncated-horizon influence
-  (:mod:`andrea_jax.curriculum.influence`) measured at the steps ``at`` (fractions of
+  (:mod:`study.mixing.influence`) measured at the steps ``at`` (fractions of
   ``train.num_steps``) on ``batches`` batches each, ``iters`` conjugate-gradient iterations per
   source, the Gauss-Newton matrix on the first ``gn_rows`` rows of them (``None``: one batch,
   ``data.global_batch_size`` rows, the measured step's own; 0: all), averaged. The defaults are the
-  settings measured best on the built-in corpus (``bench/influence_pilot.py``). ``source_batch``:
+  settings measured best on the built-in corpus (``study/mixing/influence_pilot.py``). ``source_batch``:
   the sources solved at once (``None``: all; fewer on a large model, for memory).
 
   Writes ``<workdir>/proxy_fit.json`` with the fields :func:`fit` writes that the target run reads
@@ -376,10 +372,10 @@ def fit_influence(config: ml_collections.ConfigDict, workdir: str, *,
   given), ``"method": "influence"`` and the pilot's record (``measurements``, ``steps_run``,
   ``train_s``, ``measure_s``, ``at``, ``batches``, ``iters``, ``gn_rows``). A pilot already
   measured with this very config is reused. ``pilot_fn`` (default
-  :func:`andrea_jax.curriculum.influence.pilot`) is for tests.
+  :func:`study.mixing.influence.pilot`) is for tests.
   """
   from andrea_jax import runconfig
-  from andrea_jax.curriculum import influence, proxy
+  from study.mixing import influence, proxy
   for name, value, low_open in (("hold", hold, True), ("lam", lam, False)):
     if not ((0 < value if low_open else 0 <= value) and value <= 1):
       raise ValueError(f"{name} must be in {'(' if low_open else '['}0, 1], got {value!r}")
@@ -496,7 +492,7 @@ def main(argv: Sequence[str]) -> None:
   for s, b, r2, w in zip(out["sources"], out["b"], r2s, out["mixture"]):
     print(f"{s:{width}s}  {b:+29.3f}  {'—' if r2 is None else f'{r2:.2f}':5s}  {w:.3f}")
   print(f"\nwrote {os.path.join(flags.FLAGS.workdir, FIT_FILE)}; train with it:\n  python -m "
-        f"andrea_jax.main --config=experiments/proxy.py:{flags.FLAGS.workdir} --workdir=<dir>")
+        f"andrea_jax.main --config=study/mixing/proxy_config.py:{flags.FLAGS.workdir} --workdir=<dir>")
 
 
 def run() -> None:
@@ -512,7 +508,7 @@ def run() -> None:
   flags.DEFINE_float("lam", 1.0, "the fitted mixture's weight; 1 - lam stays uniform")
   flags.DEFINE_float("power", 1.5, "the mixture proportional to max(b, 0.02) ** power: > 1 "
                      "sharpens it toward the high-b sources, 1 is the plain fit "
-                     "(bench/RESULTS.md, 'A sharper mixture')")
+                     "(study/mixing/LOG.md, 'A sharper mixture')")
   flags.DEFINE_float("hold", 0.5, "fraction of the target run under the mixture, uniform after")
   flags.DEFINE_float("stop", 0.5, "fraction of train.num_steps each probe runs (train.stop_step: "
                      "the learning-rate schedule still the whole run's)")
@@ -523,7 +519,7 @@ def run() -> None:
                     "(fitted after the switch: needs --stop 1, say, with --hold 0.5)")
   flags.DEFINE_enum("method", "probes", ["probes", "influence"], "probes: the designed probe "
                     "runs; influence: one uniform pilot run, its truncated-horizon influence "
-                    "measured late in its first half (andrea_jax.curriculum.influence)")
+                    "measured late in its first half (study.mixing.influence)")
   flags.DEFINE_list("at", [str(f) for f in PILOT_AT], "influence: the measured steps, as "
                     "fractions of train.num_steps")
   flags.DEFINE_integer("batches", 4, "influence: the batches each measurement reads")

@@ -1,8 +1,8 @@
 r"""Can the gradients replace the probes? Screens of data elasticities read off one run's gradients.
 
-    .venv/bin/python bench/gradient_probe.py [--out runs/gradient_probe] [--seed 100] [--every 10]
+    python -m study.mixing.gradient_probe [--out runs/gradient_probe] [--seed 100] [--every 10]
 
-The designed proxy (``python -m andrea_jax.fit_proxy``) pays for its elasticities with 20 probe
+The designed proxy (``python -m study.mixing.fit_proxy``) pays for its elasticities with 20 probe
 runs, ten runs' worth at the proxy's size; three probe-free stand-ins (two count models, the target
 run probing itself with designed shares) failed their screens because the *losses* of one run are
 too noisy to separate a source's own effect from the common fall. This screen reads the same
@@ -39,7 +39,7 @@ Should it pass, the next step, also fixed now: an arm at 0.13M, seeds 0-2, that 
 uniform batches over steps 20-99, holds ``elasticity_mixture(b_hat_early, power=1.5)`` over steps
 100-399 and uniform after, against uniform.
 
-Found (``bench/RESULTS.md``, "Can the gradients replace the probes?"): it fails, r 0.47 (0.62 on
+Found (``study/mixing/LOG.md``, "Can the gradients replace the probes?"): it fails, r 0.47 (0.62 on
 the raw ``b``; DoGE's value 0.34). The first-order sums are 25 to 900 times the probes' ``b`` and
 rank `extra-01` (arithmetic) first: at Adam's step sizes the loss is far from linear along the
 update, and a source whose iterates bounce across a narrow valley keeps a large, consistent
@@ -107,7 +107,7 @@ against their -0.05 to 0.59; the first order at the same horizon, for the record
 nats). The one source it gets wrong is ``repo-docs`` (0.18 against the probes' 0.00), whose
 memorised passages the probes' fit finds worth nothing. It cost 1,224 s of solves for the four
 measurements (16 sources x up to 100 Gauss-Newton products on 128 rows each), 30 runs of this
-model. The mixer that uses it: ``bench/influence_mixer.py``.
+model. The mixer that uses it: ``study/mixing/influence_mixer.py``.
 """
 
 from __future__ import annotations
@@ -122,18 +122,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-  sys.path.insert(0, REPO)
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 BURN_IN = 20       # the first steps learn the byte distribution (and Adam's v is not yet settled)
 EARLY_END = 100    # what an online mixer would know by then
 POWER = 1.5
 THRESHOLD = 0.9
 
-# The estimator's pieces live in the package (``python -m andrea_jax.fit_proxy --method influence``
+# The estimator's pieces live in the package (``python -m study.mixing.fit_proxy --method influence``
 # runs the pilot); the screens below use them from there.
-from andrea_jax.curriculum.influence import (  # noqa: E402
+from study.mixing.influence import (
     adam_preconditioner,
     halves,
     influence,
@@ -143,12 +141,8 @@ from andrea_jax.curriculum.influence import (  # noqa: E402
 
 
 def load_bench(name: str):
-  """``bench/<name>.py`` as a module (bench/ is not a package)."""
-  spec = importlib.util.spec_from_file_location(f"{name}_bench",
-                                                os.path.join(REPO, "bench", f"{name}.py"))
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
-  return mod
+  """The study's module ``name`` (``compare_mixers`` is :mod:`study.mixing.compare`)."""
+  return importlib.import_module(f"study.mixing.{'compare' if name == 'compare_mixers' else name}")
 
 
 def uniform_run(cfg):
@@ -305,7 +299,7 @@ def influence_main(args) -> int:
   import jax
 
   from andrea_jax import curriculum
-  from andrea_jax.curriculum import proxy
+  from study.mixing import proxy
 
   cm = load_bench("compare_mixers")
   exp = cm.load_experiment()
@@ -379,7 +373,7 @@ def displacement_main(args) -> int:
   import optax
 
   from andrea_jax import curriculum
-  from andrea_jax.curriculum import proxy
+  from study.mixing import proxy
 
   cm = load_bench("compare_mixers")
   exp = cm.load_experiment()
@@ -493,7 +487,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   import optax
 
   from andrea_jax import curriculum
-  from andrea_jax.curriculum import proxy
+  from study.mixing import proxy
 
   cm = load_bench("compare_mixers")
   exp = cm.load_experiment()

@@ -1,6 +1,6 @@
-"""``python -m andrea_jax.fit_proxy`` and ``experiments/proxy.py``: probes, fit, the target run."""
+"""``python -m study.mixing.fit_proxy`` and ``study/mixing/proxy_config.py``: probes, fit, the target run."""
 
-import importlib.util
+import importlib
 import json
 import math
 import os
@@ -12,19 +12,18 @@ import jax
 import numpy as np
 import pytest
 
-from andrea_jax import curriculum, fit_proxy, runconfig
+from andrea_jax import curriculum, runconfig
+from study.mixing import fit_proxy
 from andrea_jax.curriculum import simulate
 from andrea_jax.sources import SOURCES
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 B = np.round(np.linspace(0.03, 0.6, 16), 3)
 
 
 def _experiment(name):
-  spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return importlib.import_module({"proxy": "study.mixing.proxy_config",
+                                  "compare_mixers": "study.mixing.arms"}.get(name, f"experiments.{name}"))
 
 
 def _power_law_runner(calls, stops=None):
@@ -368,8 +367,9 @@ def test_late_losses_leave_out_skipped_steps_and_non_finite_losses(tmp_path):
   np.testing.assert_allclose(fit_proxy.late_losses(str(path), ["chat"], 100, 0.1), [1.5])
 
 
+@pytest.mark.slow
 def test_the_command_line_refuses_a_bad_setting_with_one_line(tmp_path):
-  r = subprocess.run([sys.executable, "-m", "andrea_jax.fit_proxy",
+  r = subprocess.run([sys.executable, "-m", "study.mixing.fit_proxy",
                       "--config=experiments/tiny.py", f"--workdir={tmp_path}", "--hold=2"],
                      cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert r.returncode == 1
@@ -412,11 +412,9 @@ def test_then_uniform_is_uniform_whatever_the_config_files_static_mixture(tmp_pa
   still 1/16 on every source."""
   monkeypatch.chdir(ROOT)
   base = tmp_path / "skewed.py"
-  base.write_text("import importlib.util\n"
-                  f"spec = importlib.util.spec_from_file_location('t', {str(ROOT / 'experiments' / 'tiny.py')!r})\n"
-                  "tiny = importlib.util.module_from_spec(spec); spec.loader.exec_module(tiny)\n"
+  base.write_text("from andrea_jax.config import load_config_file\n"
                   "def get_config():\n"
-                  "  c = tiny.get_config()\n"
+                  f"  c = load_config_file({str(ROOT / 'experiments' / 'tiny.py')!r})\n"
                   "  c.curriculum.strategy = 'static'\n"
                   "  c.curriculum.static_mixture.chat = 5.0\n"
                   "  return c\n")
@@ -462,5 +460,5 @@ def test_specs_that_differ_only_in_a_held_geometry_differ():
     c.geometries = ml_collections.ConfigDict({"all": geometry("all", 0, mixture=mixture)})
     specs.append(curriculum.spec_from_config(c))
   np.testing.assert_array_equal(specs[0].mixture, specs[1].mixture)
-  assert specs[0].held_geometries.tolist() == [True] and specs[1].held_geometries.tolist() == [False]
+  assert specs[0].held.tolist() == [True] and specs[1].held.tolist() == [False]
   assert specs[0] != specs[1] and hash(specs[0]) != hash(specs[1])

@@ -1,8 +1,8 @@
-r"""A run under a mixture fitted on small proxy runs (``python -m andrea_jax.fit_proxy``).
+r"""A run under a mixture fitted on small proxy runs (``python -m study.mixing.fit_proxy``).
 
-  python -m andrea_jax.fit_proxy --config=experiments/tiny.py --workdir=runs/proxy \
+  python -m study.mixing.fit_proxy --config=experiments/tiny.py --workdir=runs/proxy \
       --config.model.num_layers=2 --config.model.d_model=64 --config.model.d_mlp=256
-  python -m andrea_jax.main --config=experiments/proxy.py:runs/proxy --workdir=runs/with_proxy
+  python -m andrea_jax.main --config=study/mixing/proxy_config.py:runs/proxy --workdir=runs/with_proxy
 
 The argument is the fit's workdir. The run is the config file the probes were made from (as
 recorded in ``proxy_fit.json``, without the probes' command-line overrides: the target keeps its
@@ -13,12 +13,12 @@ file's ``train.num_steps``), each fitted weight ``curriculum.geometries.proxy.mi
 
 Fits of the same config and recipe (probes, stop, late, ratio, lam, power, hold) at two or more
 proxy sizes, comma-separated
-(``experiments/proxy.py:runs/proxy_2x64,runs/proxy_4x128``), are read at the config file's model
+(``study/mixing/proxy_config.py:runs/proxy_2x64,runs/proxy_4x128``), are read at the config file's model
 size: per source, ``b`` as a line in the log of the parameter count through the fits
 (``proxy.scale_elasticity``), then the fits' shared ``lam`` and ``power``. The size is the config
 file's model: ``--config.model.*`` overrides of the run come after the mixture is made.
 
-Expect, on the built-in corpus (``bench/RESULTS.md``, "A designed proxy", "A sharper mixture"),
+Expect, on the built-in corpus (``study/mixing/LOG.md``, "A designed proxy", "A sharper mixture"),
 the uniform mixture's final held-out loss reached in fewer steps than under the uniform mixture:
 with ``--power 1.5`` (the default), 23.4% when the probes are the target's own size (0.13M, nine
 seeds), 23.2% at 0.85M with probes of its size (nine seeds) and 18.7% at 2.76M (nine) from fits
@@ -28,14 +28,15 @@ at 0.13M and 0.85M read at its size; 17-20% from a 0.13M fit alone at 0.85-2.76M
 import json
 import os
 
-from andrea_jax.curriculum import proxy
-from andrea_jax.fit_proxy import FIT_FILE, load_config_file
+from study.mixing import proxy
+from andrea_jax.config import load_config_file
+from study.mixing.fit_proxy import FIT_FILE
 
 
 def _read_fit(fit_dir: str) -> dict:
   path = os.path.join(fit_dir, FIT_FILE)
   if not os.path.exists(path):
-    raise ValueError(f"{path} does not exist: run python -m andrea_jax.fit_proxy "
+    raise ValueError(f"{path} does not exist: run python -m study.mixing.fit_proxy "
                      f"--workdir={fit_dir} first")
   with open(path) as f:
     fit = json.load(f)
@@ -52,7 +53,7 @@ def _scaled_mixture(fits: list[dict], target_params: int) -> list[float]:
   for fit in fits:
     if "num_params" not in fit or "b" not in fit:
       raise ValueError(f"{fit['path']} records no {'num_params' if 'b' in fit else 'b'}: fit it "
-                       "again with this version of python -m andrea_jax.fit_proxy (its probes "
+                       "again with this version of python -m study.mixing.fit_proxy (its probes "
                        "are reused)")
     # The fields that make b mean the same thing (the probes' design, length and window) and the
     # mixture the same schedule.
@@ -78,16 +79,16 @@ def get_config(fit_dirs: str | None = None):
   at two or more proxy sizes), under the mixture of their elasticities read at the config file's
   model size."""
   if not fit_dirs:
-    raise ValueError("experiments/proxy.py needs the fit's directory: "
-                     "--config=experiments/proxy.py:runs/proxy")
+    raise ValueError("study/mixing/proxy_config.py needs the fit's directory: "
+                     "--config=study/mixing/proxy_config.py:runs/proxy")
   dirs = fit_dirs.split(",")
   if not all(dirs):
-    raise ValueError(f"experiments/proxy.py:{fit_dirs}: an empty fit directory in the list")
+    raise ValueError(f"study/mixing/proxy_config.py:{fit_dirs}: an empty fit directory in the list")
   fits = [_read_fit(d) for d in dirs]
   c = load_config_file(fits[0]["config_file"])
   mixture = fits[0]["mixture"]
   if len(fits) > 1:
-    from andrea_jax.fit_proxy import model_params
+    from study.mixing.fit_proxy import model_params
     mixture = _scaled_mixture(fits, model_params(c))
   c.curriculum.strategy = "static"
   # "Then uniform": the second part holds static_mixture, whatever the config file set it to.

@@ -1,9 +1,9 @@
 r"""The influence mixer: the run measures its sources' elasticities once, then holds their mixture.
 
-    .venv/bin/python bench/influence_mixer.py [--out runs/influence_mixer] [--seeds 0,1,2]
+    python -m study.mixing.influence_mixer [--out runs/influence_mixer] [--seeds 0,1,2]
         [--at 50,100] [--cg-iters 100] [--layers 2 --d-model 64]
 
-``bench/gradient_probe.py --method influence`` found that the truncated-horizon influence of the
+``study/mixing/gradient_probe.py --method influence`` found that the truncated-horizon influence of the
 uniform run's state, ``b_s = w_s (g_s^A)^T (G + lambda P^{-1})^{-1} g_s^B`` with ``lambda = 1 /
 sum_t lr_t``, gives the 20 designed probes' elasticities back (r 0.93 of the power-1.5 mixtures,
 r 0.90 of ``b``, in the same units) from the target run itself, with no probe run. Here it is
@@ -23,7 +23,7 @@ gradients as in the screen (100 iterations at most, relative residual 1e-3). See
 uniform's final mean held-out loss reached in at least 20% fewer steps, averaged over the seeds.
 The measurement's cost is printed beside a whole run's.
 
-Found (``bench/RESULTS.md``, "Measured in the run itself, early"): both lose to uniform on every
+Found (``study/mixing/LOG.md``, "Measured in the run itself, early"): both lose to uniform on every
 seed, +0.084 and +0.033. Early, the run's curvature ranks the sources learned fastest first (the
 noise source and ``extra-04`` at step 50, ``extra-02`` and ``extra-04`` at step 100: r 0.23 and
 0.46 with the probes' mixture), as quarter-length probes do. Measured late in a uniform pilot's
@@ -33,7 +33,6 @@ first half instead, the same estimate is ``influence_pilot_p15_early`` (19.5% fe
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
@@ -42,20 +41,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-  sys.path.insert(0, REPO)
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 HOLD = 0.5         # the mixture is held until half the run, then uniform
 POWER = 1.5
 
 
 def _load(name: str):
-  """``bench/<name>.py`` as a module (``gradient_probe.load_bench``)."""
-  spec = importlib.util.spec_from_file_location(
-      "gradient_probe_bench", os.path.join(REPO, "bench", "gradient_probe.py"))
-  gp = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(gp)
+  """The study's module ``name`` (``gradient_probe.load_bench``)."""
+  from study.mixing import gradient_probe as gp
   return gp if name == "gradient_probe" else gp.load_bench(name)
 
 
@@ -106,13 +100,13 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument("--seeds", default="0,1,2")
   p.add_argument("--at", default="50,100", help="comma-separated measurement steps (the arms)")
   p.add_argument("--cg-iters", type=int, default=100,
-                 help="conjugate-gradient iterations per source (bench/influence_cost.py's pick: "
+                 help="conjugate-gradient iterations per source (study/mixing/influence_cost.py's pick: "
                  "10; the arms are then named influence_at<t>_cg<n>)")
   p.add_argument("--layers", type=int, default=None)
   p.add_argument("--d-model", type=int, default=None)
   args = p.parse_args(argv)
 
-  from andrea_jax.curriculum import proxy
+  from study.mixing import proxy
   from andrea_jax.sources import SOURCES
   cm = _load("compare_mixers")
   exp = cm.load_experiment()

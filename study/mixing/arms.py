@@ -1,7 +1,7 @@
 r"""Does the curriculum help? One small model, one run length, one config per mixing strategy (arm).
 
-  .venv/bin/python bench/compare_mixers.py     # the default arms, seeds 0, 1, 2, into runs/compare_mixers
-  python -m andrea_jax.main --config=experiments/compare_mixers.py:andrea --workdir=runs/cmp/andrea
+  .venv/bin/python -m study.mixing.compare     # the default arms, seeds 0, 1, 2, into runs/compare_mixers
+  python -m andrea_jax.main --config=study/mixing/arms.py:andrea --workdir=runs/cmp/andrea
 
 The arm is the part after the colon (default ``andrea``); all arms share the model, the data, the
 number of steps and tokens, the optimizer and the evaluation (every 50 steps, the same 32 held-out
@@ -37,8 +37,8 @@ windows of every source):
   ``_decay``); ``elastic_cooldown`` (the elastic mixer, then uniform for the last quarter),
   ``elastic_strong`` (the elastic mixer a quarter uniform) and ``elastic_strong_early`` (that for
   the first half, then uniform).
-* the designed proxy (:mod:`andrea_jax.curriculum.proxy`), fixed before its runs: ``probe_00`` to
-  ``probe_19`` (:data:`PROBE_MIXTURES`, run at ``TUNING_SEED`` by ``bench/compare_mixers.py
+* the designed proxy (:mod:`study.mixing.proxy`), fixed before its runs: ``probe_00`` to
+  ``probe_19`` (:data:`PROBE_MIXTURES`, run at ``TUNING_SEED`` by ``python -m study.mixing.compare
   --fit-proxy``), ``proxy_early`` (the mixture of the elasticities fitted on them,
   :data:`PROXY_ELASTICITY`, for the first half, then uniform) and ``proxy_then_elastic`` (the same
   first half, then the elastic mixer); ``proxy_half_early`` (the fit on the probes' first half
@@ -51,7 +51,7 @@ windows of every source):
 Hyper-parameters: each tunable arm had the same budget of three settings (:data:`TUNING`, the first
 one is the package default), tried at seed ``TUNING_SEED`` (never one of the reported seeds) and
 picked on the training split: the equal-weight mean over sources of each source's training loss over
-the last 10% of steps (``bench/compare_mixers.py --tune``). The evaluation split never chose
+the last 10% of steps (``python -m study.mixing.compare --tune``). The evaluation split never chose
 anything. :data:`SELECTED` holds the picks. The pilot recipe's settings are whole arms
 (:data:`TUNING_ARMS`: the Gauss-Newton rows and the power, which earlier runs had picked on
 held-out loss, picked again the same way, ``--tune influence``).
@@ -59,7 +59,7 @@ held-out loss, picked again the same way, ``--tune influence``).
 Hardware: a 2-core x86 CPU. A run is 30-110 s depending on the machine's load; the default
 comparison (8 arms x 3 seeds, then the step timing) about 25 min on free cores.
 
-Expect (seeds 0-2, final mean held-out loss over the 16 sources, nats/byte; bench/RESULTS.md):
+Expect (seeds 0-2, final mean held-out loss over the 16 sources, nats/byte; study/mixing/LOG.md):
 uniform 2.006; static 2.275, andrea 2.352, bandit_only 2.438, random_only 2.340, exp3 2.283, elastic
 2.007 (a tie), elastic_andrea 2.330: no strategy reaches uniform's final loss within the run
 (uniform reaches the geometry arms' by step 206-335). Without the geometries (the _full arms) +0.07
@@ -93,7 +93,8 @@ from collections.abc import Sequence
 import ml_collections
 
 from andrea_jax import config as config_lib
-from andrea_jax.curriculum import andrea_geometries, geometry, proxy
+from andrea_jax.curriculum import andrea_geometries, geometry
+from study.mixing import proxy
 from andrea_jax.sources import SOURCES
 
 NUM_STEPS = 800              # ANDREA's 200K-step regimes shrink to start at 0, 80 and 450
@@ -127,7 +128,8 @@ ARMS = {
     # The share of random phases, the last knob the issue names (0 is bandit_only_floor, 0.25
     # andrea_floor), and the reward: bandit phases ranking sources by their log-time learning rate.
     "andrea_floor_random50": ("andrea", "floor", {"random_share": 0.5}),
-    "andrea_floor_log_rate": ("andrea", "floor", {"bandit_reward": "log_rate"}),
+    "andrea_floor_log_rate": ("andrea", "floor",
+                              {"strategy": "study.mixing.mixers:andrea_log_rate"}),
     # The elastic mixer (shares in proportion to each source's log-time learning rate, half kept
     # uniform), on the full simplex and under ANDREA's geometries.
     "elastic": ("elastic", "full"),
@@ -161,7 +163,7 @@ ARMS = {
     # 0.75), throughout or for the first half and then uniform.
     "elastic_strong": ("elastic", "full", {"elastic.uniform_mix": 0.25}),
     "elastic_strong_early": ("elastic", "cooldown_half", {"elastic.uniform_mix": 0.25}),
-    # The proxy recipe, fixed before its runs (andrea_jax.curriculum.proxy): the mixture
+    # The proxy recipe, fixed before its runs (study.mixing.proxy): the mixture
     # proportional to the elasticities fitted on the designed probes (PROXY_ELASTICITY) for the
     # first half, then uniform.
     "proxy_early": ("static", "proxy_early"),
@@ -189,7 +191,7 @@ ARMS = {
     # nearer the target's size help? The half-length fit on 4 x 128 probes
     # (PROXY_HALF_4X128_ELASTICITY), and the 2 x 64 and 4 x 128 fits read at the target's size
     # (SCALED_FITS), the same schedule. proxy_scaled_early reads the size when its config is made:
-    # bench/compare_mixers.py --layers/--d-model re-read it (fit_to_model); --config.model.*
+    # python -m study.mixing.compare --layers/--d-model re-read it (fit_to_model); --config.model.*
     # overrides of python -m andrea_jax.main come after, so there it stays at the 2 x 64 size.
     "proxy_half_4x128_early": ("static", "proxy_half_4x128_early"),
     "proxy_scaled_early": ("static", "proxy_scaled_early"),
@@ -206,36 +208,36 @@ ARMS = {
     # 2 x 64 size it is proxy_scaled_p15_early itself. Fixed before its runs.
     "proxy_half_p15_early": ("static", "proxy_half_p15_early"),
     # One uniform pilot run in place of the 20 probes: the truncated-horizon influence of its
-    # state at steps 300-375 (bench/gradient_probe.py --method influence, the tuning seed 100,
+    # state at steps 300-375 (study/mixing/gradient_probe.py --method influence, the tuning seed 100,
     # 0.13M; r 0.93 with the half-length probes' power-1.5 mixture), the same schedule and power as
     # proxy_half_p15_early. Fixed before its runs.
     "influence_pilot_p15_early": ("static", "influence_pilot_p15_early"),
-    # The same pilot as the command gives it (python -m andrea_jax.fit_proxy --method influence):
+    # The same pilot as the command gives it (python -m study.mixing.fit_proxy --method influence):
     # 10 conjugate-gradient iterations per source, the Gauss-Newton matrix on all 128 rows or on
-    # the first batch's 32 (bench/influence_pilot.py; r 0.992 and 0.976 with the 100-iteration
+    # the first batch's 32 (study/mixing/influence_pilot.py; r 0.992 and 0.976 with the 100-iteration
     # pilot's power-1.5 mixture). Fixed before their runs.
     "influence_cg10_p15_early": ("static", "influence_cg10_p15_early"),
     "influence_cg10_gn32_p15_early": ("static", "influence_cg10_gn32_p15_early"),
     # The pilot at 0.85M (the 4 x 128 model, seed 100), twice the gradient rows (--batches 8), the
     # matrix on 128 rows: r 0.94 with the 0.85M probes' power-1.5 mixture, past the 0.9 its rule
-    # (bench/influence_pilot.py) asked. For the 4 x 128 model. Fixed before its runs.
+    # (study/mixing/influence_pilot.py) asked. For the 4 x 128 model. Fixed before its runs.
     "influence_b8_4x128_p15_early": ("static", "influence_b8_4x128_p15_early"),
     # The one-batch pilot's mixture at power 1 (proportional to max(b, 0.02)): the third setting
     # of the recipe's tuning budget (TUNING_ARMS).
     "influence_cg10_gn32_early": ("static", "influence_cg10_gn32_early"),
 }
 
-# The designed probes of andrea_jax.curriculum.proxy: 20 static mixtures over the 16 sources, each
+# The designed probes of study.mixing.proxy: 20 static mixtures over the 16 sources, each
 # source high (4x a low source's share) in half of them, in a two-level orthogonal array. Run at
 # TUNING_SEED on the 2-layer model and fitted on their training losses by
-# ``bench/compare_mixers.py --fit-proxy``; never on a reported seed.
+# ``python -m study.mixing.compare --fit-proxy``; never on a reported seed.
 PROBE_MIXTURES = proxy.probe_mixtures(len(SOURCES))
 PROBE_ARMS = tuple(f"probe_{k:02d}" for k in range(len(PROBE_MIXTURES)))
 ARMS.update({arm: ("static", arm) for arm in PROBE_ARMS})
 
 # A static mixture fitted after the fact, from the *training* losses of the full-simplex arms above
 # (seeds 0-2): per source, the late training loss minus uniform's regressed on the log of the share
-# the source got, ``loss ~ c - b log share`` (``bench/compare_mixers.py --fit-elasticity``); the
+# the source got, ``loss ~ c - b log share`` (``python -m study.mixing.compare --fit-elasticity``); the
 # mixture is half ``b / sum b`` and half uniform. Source order of ``andrea_jax.sources.SOURCES``. It
 # answers: is there a mixture that beats uniform on this testbed at all, and by how much?
 # FITTED_ELASTICITY comes from the first comparison's 27 runs (andrea_full ... uniform_noise_capped,
@@ -275,7 +277,7 @@ SCHEDULES = {"fitted_75_quarter": ((0.0, 0.75), (0.25, 0.0)),
              "fitted_decay": ((0.0, 1.0), (0.25, 0.75), (0.5, 0.5), (0.75, 0.25))}
 
 # The elasticities (nats per unit of log share) fitted on the PROBE_ARMS' training losses
-# (``bench/compare_mixers.py --fit-proxy``), source order; ``proxy_early`` holds
+# (``python -m study.mixing.compare --fit-proxy``), source order; ``proxy_early`` holds
 # ``elasticity_mixture(PROXY_ELASTICITY)`` (lambda 1) for the first half, uniform after. Fitted on
 # the 20 probes (638 s of 2-layer runs in all), R^2 0.78 to 0.98 except oasst, gutenberg and
 # repo-docs, whose own share made no difference (b about 0, R^2 0.01 to 0.15).
@@ -307,7 +309,7 @@ PROXY_SCHEDULE_ELASTICITY = (0.026, 0.018, 0.027, 0.031, 0.080, 0.015, 0.009, 0.
 PROXY_SCHEDULE_SHORT_ELASTICITY = (0.005, 0.009, 0.024, 0.017, 0.039, 0.008, 0.002, 0.064, 0.013,
                                    0.095, 0.054, 0.076, 0.226, 0.120, 0.076, 0.019)
 # The half-length fit again, on probes of the 4 x 128 model (850,688 parameters, 6.6x the 2-layer
-# model's 128,768): ``python -m andrea_jax.fit_proxy --config=experiments/compare_mixers.py:uniform
+# model's 128,768): ``python -m study.mixing.fit_proxy --config=study/mixing/arms.py:uniform
 # --config.seed=100 --config.model.num_layers=4 --config.model.d_model=128
 # --config.model.num_heads=4 --config.model.d_mlp=512 --workdir=runs/fit_proxy_half_4x128``
 # (20 x 400 steps). Fixed before its runs. R^2 0.72 to 0.99 except oasst (0.45), gutenberg (0.12)
@@ -317,12 +319,12 @@ PROXY_SCHEDULE_SHORT_ELASTICITY = (0.005, 0.009, 0.024, 0.017, 0.039, 0.008, 0.0
 PROXY_HALF_4X128_ELASTICITY = (0.150, 0.100, 0.125, 0.194, 0.309, 0.042, -0.015, 0.428, 0.040,
                                0.585, 0.171, 0.189, 0.621, 0.278, 0.204, 0.064)
 # The truncated-horizon influence b_s = w_s g_s^T (G + P^{-1} / sum lr)^{-1} g_s of the uniform run
-# at the tuning seed, averaged over steps 300, 325, 350 and 375 (``bench/gradient_probe.py --method
+# at the tuning seed, averaged over steps 300, 325, 350 and 375 (``study/mixing/gradient_probe.py --method
 # influence``; 128 rows of training batches per step, CG): the probes' elasticities from one
 # pilot run's gradients, in the same units (r 0.90 with PROXY_HALF_ELASTICITY).
 INFLUENCE_PILOT_ELASTICITY = (0.046, 0.056, 0.068, 0.095, 0.170, 0.053, 0.031, 0.245, 0.184,
                               0.391, 0.190, 0.154, 0.446, 0.176, 0.259, 0.027)
-# The same from ``python -m andrea_jax.fit_proxy --method influence`` (``bench/influence_pilot.py``,
+# The same from ``python -m study.mixing.fit_proxy --method influence`` (``study/mixing/influence_pilot.py``,
 # the same pilot and steps): 10 CG iterations per source with the Gauss-Newton matrix on all 128
 # rows (the command's default), and on the first batch's 32 rows (the gradients on all 128).
 INFLUENCE_CG10_ELASTICITY = (0.035, 0.037, 0.042, 0.069, 0.130, 0.038, 0.024, 0.162, 0.095,
@@ -346,7 +348,7 @@ PROXY_FITS = {"proxy_early": PROXY_ELASTICITY, "proxy_half_early": PROXY_HALF_EL
               "influence_cg10_gn32_early": INFLUENCE_CG10_GN32_ELASTICITY}
 # Fits at two proxy sizes read at the target's: per source, b as a line in ln(parameters) through
 # the 2 x 64 and 4 x 128 half-length fits (proxy.scale_elasticity), at the parameter count of the
-# model the arm trains (bench/compare_mixers.py --layers/--d-model included: fit_to_model), the
+# model the arm trains (python -m study.mixing.compare --layers/--d-model included: fit_to_model), the
 # same schedule. Fixed before its runs.
 _TWO_SIZES = ((128_768, PROXY_HALF_ELASTICITY), (850_688, PROXY_HALF_4X128_ELASTICITY))
 SCALED_FITS = {"proxy_scaled_early": _TWO_SIZES, "proxy_scaled_p15_early": _TWO_SIZES,
@@ -380,10 +382,10 @@ TUNING_ARMS = {
     "influence": ("influence_cg10_gn32_p15_early", "influence_cg10_p15_early",
                   "influence_cg10_gn32_early"),
 }
-# Picked by ``bench/compare_mixers.py --tune influence``: influence_cg10_gn32_p15_early, the
+# Picked by ``python -m study.mixing.compare --tune influence``: influence_cg10_gn32_p15_early, the
 # command's defaults (signal at seed 100: 1.9165 / 1.9657 / 1.9499 for the three, in order).
 
-# The settings picked by `bench/compare_mixers.py --tune` (see the module docstring; signal at seed
+# The settings picked by `python -m study.mixing.compare --tune` (see the module docstring; signal at seed
 # 100: andrea 2.329 / 2.286 / 2.197, bandit_only 2.320 / 2.193 / 2.286, exp3 2.460 / 2.251 / 2.162,
 # elastic 1.989 / 2.000 / 1.994 for the three settings above, in order); the _full arms take their
 # strategy's pick.
@@ -519,7 +521,7 @@ def arm_config(arm: str, *, num_steps: int = NUM_STEPS, settings: dict | None = 
 
 def model_params(c: ml_collections.ConfigDict) -> int:
   """The parameter count of ``c``'s model (the padded embedding rows included)."""
-  from andrea_jax import fit_proxy
+  from study.mixing import fit_proxy
   return fit_proxy.model_params(c)
 
 
@@ -533,5 +535,5 @@ def fit_to_model(c: ml_collections.ConfigDict, arm: str) -> ml_collections.Confi
 
 
 def get_config(arm: str | None = None) -> ml_collections.ConfigDict:
-  """One arm's run config (``--config=experiments/compare_mixers.py:<arm>``; default andrea)."""
+  """One arm's run config (``--config=study/mixing/arms.py:<arm>``; default andrea)."""
   return arm_config(arm or "andrea")

@@ -1,8 +1,8 @@
 r"""How cheap can the influence measurement be? Cheaper estimates against the exact one, and costs.
 
-    .venv/bin/python bench/influence_cost.py [--out runs/influence_cost] [--seed 100] [--at 100]
+    python -m study.mixing.influence_cost [--out runs/influence_cost] [--seed 100] [--at 100]
 
-The influence mixer (``bench/influence_mixer.py``) measures the truncated-horizon influence once,
+The influence mixer (``study/mixing/influence_mixer.py``) measures the truncated-horizon influence once,
 ``b_s = w_s (g_s^A)^T (G + lambda P^{-1})^{-1} g_s^B``, with one conjugate-gradient solve per
 source (up to 100 Gauss-Newton products each, on 128 rows): some 1,600 products, several runs'
 worth of compute on this testbed. Two ways to make it cheap, side by side on the same state (the
@@ -23,9 +23,9 @@ included) against a training step timed in the same process.
 
 The rule, fixed before any number (this file's first commit): the cheapest variant (fewest
 products x rows) whose mixture has r >= 0.95 with the exact estimate's is the one the mixer is run
-with next, on the same arms and seeds as the exact one (``bench/influence_mixer.py --cg-iters``).
+with next, on the same arms and seeds as the exact one (``study/mixing/influence_mixer.py --cg-iters``).
 
-Found (``bench/RESULTS.md``, "How cheap the measurement can be"): 10 iterations (r 0.989 at step
+Found (``study/mixing/LOG.md``, "How cheap the measurement can be"): 10 iterations (r 0.989 at step
 100, 0.983 at step 350), a tenth of the products; one batch is too few rows, and no low-rank
 solve tried is accurate (r -0.18 to 0.88). The mixer's arms it would have been run with had lost
 to uniform on every seed, so it was not run with them.
@@ -34,7 +34,6 @@ to uniform on every seed, so it was not run with them.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
@@ -43,9 +42,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-  sys.path.insert(0, REPO)
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 CG_VARIANTS = ((100, 4), (50, 4), (25, 4), (10, 4), (100, 1))      # (iterations, batches)
 RANKS = (4, 8, 16, 32, 64)
@@ -55,11 +52,8 @@ POWER = 1.5
 
 
 def _load(name: str):
-  """``bench/<name>.py`` as a module (``gradient_probe.load_bench``)."""
-  spec = importlib.util.spec_from_file_location(
-      "gradient_probe_bench", os.path.join(REPO, "bench", "gradient_probe.py"))
-  gp = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(gp)
+  """The study's module ``name`` (``gradient_probe.load_bench``)."""
+  from study.mixing import gradient_probe as gp
   return gp if name == "gradient_probe" else gp.load_bench(name)
 
 
@@ -74,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   import jax
 
   from andrea_jax import curriculum
-  from andrea_jax.curriculum import proxy
+  from study.mixing import proxy
   gp = _load("gradient_probe")
   cm = gp.load_bench("compare_mixers")
   exp = cm.load_experiment()
