@@ -47,7 +47,8 @@ to give it a ceiling of 0 (as the v3 polish did for ``repo-docs``).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import functools
+from typing import Any, NamedTuple
 
 import flax.struct
 import jax
@@ -286,18 +287,56 @@ def cliff_update(cfg: CliffConfig, state: CliffState, step: jax.Array | int, los
   loss = jnp.asarray(loss, jnp.float32)
   losses_S = jnp.asarray(losses_S, jnp.float32)
   tokens_S = jnp.asarray(tokens_S, jnp.float32)
+  w = _against_window(cfg, state, step, loss, losses_S, tokens_S)
+  # The per-source MADs are only needed (and, outside vmap, only computed) on a candidate.
+  source, source_score, source_drop = jax.lax.cond(
+      w.total_cliff, functools.partial(_attribute, state, losses_S, w),
+      lambda _: (jnp.full((), -1, jnp.int32), jnp.zeros((), jnp.float32),
+                 jnp.zeros((), jnp.float32)), None)
+  named = source >= 0
+
+  is_cliff = w.total_cliff
+  if cfg.require_source:
+    is_cliff = is_cliff & named & (source_score > cfg.threshold)
+  in_cooldown = step - state.last_flag_step < cfg.cooldown
+  flag = is_cliff & ~in_cooldown
+  exclude = flag & named & cfg.respond
+  new_state = _fold_in(cfg, state, w, w.finite & ~is_cliff, loss, losses_S)
+  new_state = new_state.replace(
+      last_flag_step=jnp.where(flag, step, state.last_flag_step),
+      num_flags=state.num_flags + flag.astype(jnp.int32),
+      excluded_S=state.excluded_S | (exclude & (jnp.arange(tokens_S.shape[0]) == source)))
+  event = CliffEvent(flag=flag, step=step, score=w.z, loss=loss, expected=w.expected,
+                     source=source, source_score=source_score, source_drop=source_drop,
+                     exclude=exclude)
+  return new_state, event
+
+
+class _Window(NamedTuple):
+  """One step against the detector's window (see :func:`cliff_update`)."""
+  finite: jax.Array
+  present_S: jax.Array
+  median_S: jax.Array
+  usable_S: jax.Array
+  tokens_present_S: jax.Array
+  share_S: jax.Array
+  x: jax.Array
+  z: jax.Array
+  expected: jax.Array
+  total_cliff: jax.Array
+
+
+def _against_window(cfg: CliffConfig, state: CliffState, step: jax.Array, loss: jax.Array,
+                    losses_S: jax.Array, tokens_S: jax.Array) -> _Window:
+  """Each source's baseline, the step's residual ``x`` and its robust score ``z``."""
   finite = jnp.isfinite(loss)
   have_history = state.count > 0
-
-  # Each source's own baseline.
   present_S = (tokens_S > 0) & jnp.isfinite(losses_S)
   median_S = _sorted_median(state.sorted_loss_WxS)
   held_S = jnp.sum(~jnp.isnan(state.sorted_loss_WxS), axis=0)
   usable_S = present_S & (held_S >= cfg.min_source_history)
   tokens_present_S = jnp.where(present_S, tokens_S, 0.0)
   share_S = tokens_present_S / jnp.maximum(jnp.sum(tokens_present_S), 1e-30)
-
-  # This step against the window.
   if cfg.baseline == "mixture":
     median_loss = jnp.where(have_history, _sorted_median(state.sorted_loss_W[:, None])[0], loss)
     covered = jnp.sum(jnp.where(usable_S, share_S, 0.0))
@@ -313,33 +352,27 @@ def cliff_update(cfg: CliffConfig, state: CliffState, step: jax.Array | int, los
   armed = (step >= cfg.warmup) & (state.count >= cfg.window)
   total_cliff = armed & finite & (z > cfg.threshold) & (
       loss < (1 - cfg.min_relative_drop) * expected)
+  return _Window(finite=finite, present_S=present_S, median_S=median_S, usable_S=usable_S,
+                 tokens_present_S=tokens_present_S, share_S=share_S, x=x, z=z,
+                 expected=expected, total_cliff=total_cliff)
 
-  # Attribution; the per-source MADs are only needed (and, outside vmap, only computed) on a
-  # candidate.
-  def attribute(_):
-    mad_S = jnp.nanmedian(jnp.abs(state.loss_WxS - median_S[None, :]), axis=0)
-    z_S = (median_S - losses_S) / _scale(mad_S, median_S)
-    weighted_S = jnp.where(usable_S, share_S * z_S, -jnp.inf)
-    best = jnp.argmax(weighted_S)
-    named = weighted_S[best] > 0
-    return (jnp.where(named, best, -1).astype(jnp.int32), jnp.where(named, z_S[best], 0.0),
-            jnp.where(named, median_S[best] - losses_S[best], 0.0))
 
-  def no_candidate(_):
-    return jnp.full((), -1, jnp.int32), jnp.zeros((), jnp.float32), jnp.zeros((), jnp.float32)
+def _attribute(state: CliffState, losses_S: jax.Array, w: _Window, _):
+  """``(source, its score, its drop)``: the source whose own drop, weighted by its share of the
+  batch, is largest (-1, 0, 0 when none dropped)."""
+  mad_S = jnp.nanmedian(jnp.abs(state.loss_WxS - w.median_S[None, :]), axis=0)
+  z_S = (w.median_S - losses_S) / _scale(mad_S, w.median_S)
+  weighted_S = jnp.where(w.usable_S, w.share_S * z_S, -jnp.inf)
+  best = jnp.argmax(weighted_S)
+  named = weighted_S[best] > 0
+  return (jnp.where(named, best, -1).astype(jnp.int32), jnp.where(named, z_S[best], 0.0),
+          jnp.where(named, w.median_S[best] - losses_S[best], 0.0))
 
-  source, source_score, source_drop = jax.lax.cond(total_cliff, attribute, no_candidate, None)
-  named = source >= 0
 
-  is_cliff = total_cliff
-  if cfg.require_source:
-    is_cliff = is_cliff & named & (source_score > cfg.threshold)
-  in_cooldown = step - state.last_flag_step < cfg.cooldown
-  flag = is_cliff & ~in_cooldown
-  exclude = flag & named & cfg.respond
-
-  accept = finite & ~is_cliff
-  row_S = jnp.where(present_S, losses_S, jnp.nan)
+def _fold_in(cfg: CliffConfig, state: CliffState, w: _Window, accept: jax.Array,
+             loss: jax.Array, losses_S: jax.Array) -> CliffState:
+  """The window with this step written over its oldest entry when ``accept`` (not a cliff)."""
+  row_S = jnp.where(w.present_S, losses_S, jnp.nan)
 
   def put(buf, value):
     return jnp.where(accept, buf.at[state.pos].set(value), buf)
@@ -348,24 +381,19 @@ def cliff_update(cfg: CliffConfig, state: CliffState, step: jax.Array | int, los
     return _sorted_replace(sorted_WxC, old_C, new_C, accept & ~jnp.isnan(old_C), accept & insert_C)
 
   one = jnp.ones((1,), bool)
-  new_state = CliffState(
+  return state.replace(
       loss_W=put(state.loss_W, loss),
-      x_W=put(state.x_W, x),
+      x_W=put(state.x_W, w.x),
       loss_WxS=put(state.loss_WxS, row_S),
-      tokens_WxS=put(state.tokens_WxS, tokens_present_S),
+      tokens_WxS=put(state.tokens_WxS, w.tokens_present_S),
       sorted_loss_W=resort(state.sorted_loss_W[:, None], state.loss_W[state.pos][None],
                            loss[None], one)[:, 0],
-      sorted_x_W=resort(state.sorted_x_W[:, None], state.x_W[state.pos][None], x[None], one)[:, 0],
-      sorted_loss_WxS=resort(state.sorted_loss_WxS, state.loss_WxS[state.pos], row_S, present_S),
+      sorted_x_W=resort(state.sorted_x_W[:, None], state.x_W[state.pos][None], w.x[None],
+                        one)[:, 0],
+      sorted_loss_WxS=resort(state.sorted_loss_WxS, state.loss_WxS[state.pos], row_S,
+                             w.present_S),
       pos=(state.pos + accept.astype(jnp.int32)) % cfg.window,
-      count=jnp.minimum(state.count + accept.astype(jnp.int32), cfg.window),
-      last_flag_step=jnp.where(flag, step, state.last_flag_step),
-      num_flags=state.num_flags + flag.astype(jnp.int32),
-      excluded_S=state.excluded_S | (exclude & (jnp.arange(tokens_S.shape[0]) == source)),
-  )
-  event = CliffEvent(flag=flag, step=step, score=z, loss=loss, expected=expected, source=source,
-                     source_score=source_score, source_drop=source_drop, exclude=exclude)
-  return new_state, event
+      count=jnp.minimum(state.count + accept.astype(jnp.int32), cfg.window))
 
 
 def describe_event(event: CliffEvent, sources: tuple[str, ...] | list[str] | None = None) -> str:

@@ -37,7 +37,7 @@ def maybe_initialize(config: ml_collections.ConfigDict) -> bool:
     >>> maybe_initialize(c)
     True
   """
-  d = config.get("distributed") or distributed_config()
+  d = config.distributed
   addr = d.coordinator_address or os.environ.get("JAX_COORDINATOR_ADDRESS", "")
   for name, value, least in (("num_processes", d.num_processes, 0),
                              ("process_id", d.process_id, -1)):
@@ -66,7 +66,7 @@ def maybe_initialize(config: ml_collections.ConfigDict) -> bool:
     _initialize(coordinator_address=addr, num_processes=num, process_id=pid,
                 local_device_ids=local)
     return True
-  cluster = d.get("auto", False) or _in_multiprocess_job()
+  cluster = d.auto or _in_multiprocess_job()
   if not cluster:
     # More than one process without a coordinator: every host would train alone into the same
     # workdir. (num_processes 1 and process_id 0 describe this single process: fine.)

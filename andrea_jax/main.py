@@ -9,19 +9,19 @@ import sys
 
 from andrea_jax import launch
 
-if __name__ == "__main__":
-  launch.hold()   # before absl and the config file: see andrea_jax.launch
+# Defined by run(), after launch.hold(): absl and the config file load with the handlers in place.
+_CONFIG = _WORKDIR = None
 
-from absl import app  # noqa: E402  (after the handlers above)
-from absl import flags  # noqa: E402
-from absl import logging  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Run configuration file (experiments/*.py).", lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, logs and plots; "
-                               "re-running with the same workdir resumes the run.")
-flags.mark_flags_as_required(["config", "workdir"])
+def _define_flags() -> None:
+  global _CONFIG, _WORKDIR
+  from absl import flags
+  from ml_collections import config_flags
+  _CONFIG = config_flags.DEFINE_config_file(
+      "config", None, "Run configuration file (experiments/*.py).", lock_config=True)
+  _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, logs and plots; "
+                                 "re-running with the same workdir resumes the run.")
+  flags.mark_flags_as_required(["config", "workdir"])
 
 
 def _stopped_before_start() -> bool:
@@ -34,6 +34,7 @@ def _stopped_before_start() -> bool:
 
 def main(argv):
   """Validates the config, then trains; bad input ends the command with one ``error:`` line."""
+  from absl import app, flags, logging
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
@@ -88,6 +89,7 @@ def _fail(error: Exception, state_of_checkpoints: str):
   """Ends the command on bad input: the message names the field, file or step, and a traceback
   would only bury it (``--verbosity`` given: the traceback too). Every process that fails prints
   it, named when there are several: a file missing on one host shows up in that host's log."""
+  from absl import flags
   if flags.FLAGS["verbosity"].present:
     raise error
   import jax
@@ -98,9 +100,23 @@ def _fail(error: Exception, state_of_checkpoints: str):
   sys.exit(1)
 
 
-def run():
-  """Parses the flags and runs :func:`main` (after :func:`andrea_jax.launch.hold`)."""
+def run() -> None:
+  """Entry point of ``andrea-train`` and ``python -m andrea_jax.main``: the signal handlers first
+  (:func:`andrea_jax.launch.hold`), then absl, the flags and the run.
+
+  ``--help`` lists the key flags of the program's main module, which absl names ``sys.argv[0]``:
+  for the console script that is the generated ``andrea-train`` script, while the flags belong to
+  this module; so they are declared key flags of the script too, and the script shows this
+  module's docstring as its usage text, as ``python -m andrea_jax.main --help`` does.
+  """
   launch.hold()
+  from absl import app, flags
+  _define_flags()
+  for flag in flags.FLAGS.get_key_flags_for_module(__name__):
+    flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
+  script = sys.modules.get("__main__")
+  if script is not None and not getattr(script, "__doc__", None):
+    script.__doc__ = __doc__
   app.run(main)
 
 

@@ -48,8 +48,8 @@ class Run:
   """The validated, static description of a run."""
   model_config: ModelConfig
   step_config: step_lib.StepConfig
-  curriculum_spec: Any
-  cliff_cfg: Any
+  curriculum_spec: curriculum.CurriculumSpec
+  cliff_cfg: cliff_lib.CliffConfig
   sources: tuple[str, ...]
   used_sources: tuple[str, ...]
   mesh_shape: tuple[int, int] = (1, 1)   # (data, fsdp) devices, resolved against this machine
@@ -72,22 +72,18 @@ def _positive_int(section: str, cfg, name: str, minimum: int = 1) -> int:
 
 def validate_train_config(cfg: ml_collections.ConfigDict) -> None:
   num_steps = _positive_int("train", cfg, "num_steps")
-  if "stop_step" in cfg:
-    stop = _positive_int("train", cfg, "stop_step", minimum=0)
-    if stop > num_steps:
-      raise ValueError(f"train.stop_step = {stop} is past train.num_steps = {num_steps} (0 runs to "
-                       "num_steps; the schedules are laid out over num_steps)")
+  stop = _positive_int("train", cfg, "stop_step", minimum=0)
+  if stop > num_steps:
+    raise ValueError(f"train.stop_step = {stop} is past train.num_steps = {num_steps} (0 runs to "
+                     "num_steps; the schedules are laid out over num_steps)")
   _positive_int("train", cfg, "log_every")
   _positive_int("train", cfg, "checkpoint_every", minimum=0)
   _positive_int("train", cfg, "keep_checkpoints")
-  if "keep_period" in cfg:
-    _positive_int("train", cfg, "keep_period", minimum=0)
+  _positive_int("train", cfg, "keep_period", minimum=0)
   _positive_int("train", cfg, "max_nonfinite_steps")
-  for name in ("progress_bar", "plot", "tensorboard"):
+  for name in ("progress_bar", "plot", "tensorboard", "document_mask"):
     if not isinstance(cfg[name], bool):
       raise TypeError(f"train.{name} must be True or False, got {cfg[name]!r}")
-  if not isinstance(cfg.get("document_mask", True), bool):
-    raise TypeError(f"train.document_mask must be True or False, got {cfg.document_mask!r}")
 
 
 def validate_eval_config(cfg: ml_collections.ConfigDict) -> None:
@@ -146,8 +142,8 @@ def _check_sampling(cfg: ml_collections.ConfigDict, tokenizer: str, mcfg: ModelC
 
 
 def mesh_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """The ``mesh`` section, or its defaults (one data-parallel axis over every device) if absent."""
-  return config.get("mesh") or sharding.mesh_section()
+  """The ``mesh`` section (one data-parallel axis over every device by default)."""
+  return config.mesh
 
 
 def _tokenizer_vocab(spec: str) -> int:
@@ -197,7 +193,7 @@ def build(config: ml_collections.ConfigDict) -> Run:
       model=Transformer(mcfg), tx=tx, schedule=optim.learning_rate_schedule(config.optim, num_steps),
       curriculum_spec=spec, cliff_cfg=cliff_cfg, num_sources=len(sources), grad_accum_steps=accum,
       max_nonfinite_steps=config.train.max_nonfinite_steps,
-      document_mask=config.train.get("document_mask", True))
+      document_mask=config.train.document_mask)
   return Run(model_config=mcfg, step_config=step_cfg, curriculum_spec=spec, cliff_cfg=cliff_cfg,
              sources=sources, used_sources=tuple(curriculum.used_sources(spec)),
              mesh_shape=(data, fsdp))

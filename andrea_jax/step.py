@@ -42,8 +42,8 @@ class TrainState:
   step: jax.Array                 # int32 scalar: the next step to run
   params: PyTree                  # float32 model parameters
   opt_state: PyTree               # optax state (AdamW moments, counts)
-  curriculum: Any                 # curriculum.CurriculumState
-  cliff: Any                      # cliff.CliffState (zombie-cliff detector)
+  curriculum: curriculum.CurriculumState
+  cliff: cliff_lib.CliffState     # the zombie-cliff detector
   nonfinite_streak: jax.Array     # int32: consecutive skipped (non-finite) steps so far
   halted_at: jax.Array            # int32: first step of a streak that reached the limit; -1 if none
 
@@ -54,8 +54,8 @@ class StepConfig:
   model: Transformer
   tx: optax.GradientTransformation
   schedule: Callable[[jax.Array], jax.Array]
-  curriculum_spec: Any
-  cliff_cfg: Any
+  curriculum_spec: curriculum.CurriculumSpec
+  cliff_cfg: cliff_lib.CliffConfig
   num_sources: int
   grad_accum_steps: int = 1
   max_nonfinite_steps: int = 5
@@ -129,7 +129,7 @@ def all_finite(tree: PyTree) -> jax.Array:
   return jnp.stack(leaves).all() if leaves else jnp.bool_(True)
 
 
-def applied_count(opt_state: Any, step: jax.Array) -> jax.Array:
+def applied_count(opt_state: PyTree, step: jax.Array) -> jax.Array:
   """The count the optimizer's learning-rate schedule reads at this update: optax's
   ``ScaleByScheduleState.count``, which a skipped (non-finite) step does not advance, so the
   logged rate is the rate applied; ``step`` when the optimizer holds no schedule state."""
@@ -185,7 +185,7 @@ def train_step(cfg: StepConfig, state: TrainState, batch: Batch) -> tuple[TrainS
   return new_state, metrics
 
 
-def jit_step(cfg: StepConfig, state_sharding: Any = None,
+def jit_step(cfg: StepConfig, state_sharding: PyTree | None = None,
              batch_sharding: jax.sharding.NamedSharding | None = None) -> Callable:
   """``train_step`` jitted once, the state donated (its buffers are reused for the new state).
 

@@ -20,13 +20,13 @@ The loop, in the order a newcomer should read it:
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import hashlib
 import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -204,27 +204,6 @@ def make_workdir(workdir: str) -> None:
     raise ValueError(f"cannot create the workdir {workdir}: {e.strerror or e}") from e
 
 
-def _honour_signals(train_fn):
-  """Hold the SIGTERM/SIGINT handlers for the whole run, not only its loop: a signal during
-  start-up stops the run at its first step boundary (with a checkpoint), and one during the final
-  evaluation or checkpoint lets them finish, so the process always exits cleanly."""
-
-  # Not train_fn's annotations, nor a __wrapped__ that sends introspection (help,
-  # inspect.signature) to train_fn's internal third parameter: callers call this signature.
-  @functools.wraps(train_fn, assigned=("__module__", "__name__", "__qualname__", "__doc__"))
-  def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
-                         early_signals: Sequence[int] = ()) -> dict:
-    with _Signals() as signals:
-      # Read only now that the handlers are installed, so that a signal recorded by the caller while
-      # they were not (andrea_jax.launch) is seen here, whenever it came.
-      if early_signals:
-        signals.deliver(early_signals[0])
-      return train_fn(config, workdir, signals)
-
-  del train_and_evaluate.__wrapped__
-  return train_and_evaluate
-
-
 def _step_record(run: runconfig.Run, m: dict, weights: np.ndarray) -> dict:
   """The deterministic log line of one step, from its fetched metrics."""
   rec: dict[str, Any] = {"step": int(m["step"]), "loss": float(m["loss"]),
@@ -248,9 +227,232 @@ def _step_record(run: runconfig.Run, m: dict, weights: np.ndarray) -> dict:
   return rec
 
 
-@_honour_signals
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
-                       signals: _Signals | None = None) -> dict:
+@dataclasses.dataclass
+class _Opened:
+  """What a run opens before its first step (and closes after its last)."""
+  tokenizer: data_lib.Tokenizer
+  data: data_lib.PreparedData
+  data_digest: str
+  keys: dict[str, jax.Array]
+  mesh: jax.sharding.Mesh
+  batch_sharding: jax.sharding.NamedSharding
+  step_fn: Callable[[step_lib.TrainState, step_lib.Batch], tuple[step_lib.TrainState, dict]]
+  checkpoints: ckpt_lib.Checkpoints
+  state: step_lib.TrainState      # a fresh state, in its shards; :func:`resume` may replace it
+
+
+def _open(run: runconfig.Run, config: ml_collections.ConfigDict, workdir: str) -> _Opened:
+  """The data, the device mesh, a fresh sharded state, the jitted step and the checkpoints."""
+  tokenizer = data_lib.load_tokenizer(config.data.tokenizer)
+  data = data_lib.open_training_data(config.data, tokenizer, required=run.used_sources)
+  keys = run_keys(config.seed)
+  mesh_cfg = runconfig.mesh_config(config)
+  mesh = sharding.make_mesh(mesh_cfg)
+  state, state_shardings = sharding.init_sharded(
+      lambda: init_state(run, keys),
+      lambda s: sharding.state_shardings(s, mesh, mesh_cfg.fsdp_min_size))
+  batch_sharding = sharding.batch_sharding(mesh)
+  return _Opened(
+      tokenizer=tokenizer, data=data, data_digest=training_data_digest(data), keys=keys,
+      mesh=mesh, batch_sharding=batch_sharding,
+      step_fn=step_lib.jit_step(run.step_config, state_shardings, batch_sharding),
+      checkpoints=ckpt_lib.Checkpoints(os.path.join(workdir, "checkpoints"),
+                                       keep=config.train.keep_checkpoints,
+                                       keep_period=config.train.keep_period),
+      state=state)
+
+
+def resume(checkpoints: ckpt_lib.Checkpoints, state: step_lib.TrainState,
+           config: ml_collections.ConfigDict, data_digest: str
+           ) -> tuple[int, step_lib.TrainState]:
+  """The resume policy: ``(start step, state)`` from the newest trustworthy checkpoint, else
+  ``(0, state)``.
+
+  A checkpoint saved under another config (outside :data:`RESUME_FREE`) or on other data is
+  resumed with a warning that names what changed: the run goes on, but it is not the
+  uninterrupted run of either. One saved during a streak of non-finite steps and resumed under
+  changed values (the halt's advice taken) starts a fresh count; resumed unchanged, the streak
+  goes on, so it halts where the uninterrupted run does.
+  """
+  is_main = jax.process_index() == 0
+  restored = checkpoints.restore_latest(jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state))
+  if restored is None:
+    if is_main:
+      print(f"starting from step 0 (no checkpoint in {checkpoints.directory})")
+    return 0, state
+  start, state, meta = restored
+  print(f"resuming from step {start} ({checkpoints.directory}/{start})")
+  meta = meta if isinstance(meta, dict) else {}
+  changed = config_changes(meta.get("config"), config.to_dict())
+  saved_data = meta.get("data")
+  if saved_data is not None and saved_data != data_digest and is_main:
+    # The same config on other tokens: a retrained tokenizer at the same path, new files.
+    print(f"warning: the checkpoint at step {start} was saved on other data (the tokenizer or "
+          "the prepared shards differ); the run goes on with this data, it is not the "
+          "uninterrupted run", file=sys.stderr)
+  streak = int(jax.device_get(state.nonfinite_streak))
+  if int(jax.device_get(state.halted_at)) >= 0 or (streak and changed):
+    # A halt (saved by an older version) or a streak resumed under changed values: the weights
+    # are the last good ones (skipped steps never reach them).
+    print(f"the checkpoint at step {start} was saved during a streak of non-finite steps; "
+          "resumed under other values, the run starts a fresh count", file=sys.stderr)
+    state = state.replace(
+        nonfinite_streak=jax.device_put(jnp.int32(0), state.nonfinite_streak.sharding),
+        halted_at=jax.device_put(jnp.int32(-1), state.halted_at.sharding))
+  if changed and is_main:
+    print(f"warning: the checkpoint at step {start} was saved under another configuration: "
+          f"{'; '.join(changed)}. The run goes on with the new values; it is not the "
+          "uninterrupted run of either config", file=sys.stderr)
+  return start, state
+
+
+def end_step(config: ml_collections.ConfigDict, start: int, directory: str) -> int:
+  """This call's last step: ``train.stop_step`` (a run's first part, the schedules still laid out
+  over ``train.num_steps``), else ``train.num_steps``. A ``CheckpointError`` when the checkpoint
+  resumed from is already past it."""
+  num_steps = config.train.num_steps
+  end = config.train.stop_step or num_steps
+  if start > num_steps:   # the weights are past the run's end: nothing here could be right
+    raise ckpt_lib.CheckpointError(
+        f"the checkpoint at step {start} in {directory} is past train.num_steps = {num_steps}; "
+        f"resume with train.num_steps >= {start}, or use another workdir")
+  if start > end:
+    raise ckpt_lib.CheckpointError(
+        f"the checkpoint at step {start} in {directory} is past train.stop_step = {end}; resume "
+        f"with train.stop_step >= {start} (0 runs to train.num_steps = {num_steps})")
+  return end
+
+
+class _Loop:
+  """The steps from ``start`` to ``end`` and what runs between them: logging, evaluations,
+  checkpoints. Metrics are read one log step late, after the next step is dispatched (or before
+  an evaluation or a checkpoint, which wait for the step anyway): the host never makes the device
+  wait."""
+
+  def __init__(self, run: runconfig.Run, config: ml_collections.ConfigDict, workdir: str,
+               opened: _Opened, start: int, end: int):
+    self.run, self.config, self.opened = run, config, opened
+    self.state, self.start, self.end = opened.state, start, end
+    self.is_main = jax.process_index() == 0
+    self.logger = logs.RunLogger(workdir, resume_step=start, is_writer=self.is_main,
+                                 tensorboard=config.train.tensorboard)
+    self.evaluator = eval_lib.Evaluator(run, config, opened.data, opened.tokenizer,
+                                        opened.keys["eval"], workdir, mesh=opened.mesh)
+    if self.is_main and self.evaluator.samples_path:
+      logs.truncate_samples(self.evaluator.samples_path, start)
+    self.feed = feed_lib.ScheduleFeed(curriculum.schedule(self.state.curriculum), start,
+                                      run.curriculum_spec.decision_lag)
+    self.batches = self._prefetcher()
+    self.bar = None
+    if self.is_main and config.train.progress_bar:
+      from tqdm.auto import tqdm
+      self.bar = tqdm(total=end, initial=start, unit="step", dynamic_ncols=True)
+    self.saved = set(opened.checkpoints.all_steps())
+    self.pending: tuple[int, dict] | None = None   # a log step dispatched but not yet read
+    self.last_log = (time.perf_counter(), start)
+    self.tokens_per_step = config.data.global_batch_size * config.data.seq_len   # global
+    self.flops_per_token = flops_per_token(run.model_config, config.data.seq_len)
+    peak = runconfig.peak_flops()   # this process's devices
+    self.peak = peak * jax.process_count() if peak else None
+
+  def _prefetcher(self) -> data_lib.Prefetcher:
+    """Batches built ahead in a thread (the host-to-device copy too); this process builds only the
+    rows its devices hold, slot k of the global batch's P equal slices."""
+    rows, sharded = self.config.data.global_batch_size, self.opened.batch_sharding
+    lo, hi = sharding.process_rows(sharded, rows)
+    sampler = data_lib.MixtureSampler(
+        self.opened.data, seq_len=self.config.data.seq_len, global_batch_size=rows,
+        seed=self.config.seed, process_index=lo // (hi - lo), process_count=rows // (hi - lo))
+    return data_lib.Prefetcher(
+        lambda t: sharding.global_batch(sampler.batch(t, self.feed.weights(t)), sharded, rows),
+        start_step=self.start, end_step=self.end, depth=max(2, self.config.data.prefetch))
+
+  def flush(self) -> None:
+    """Reads and logs the pending log step."""
+    if self.pending is not None:
+      _log_step(self.run, self.logger, self.feed, *self.pending, bar=self.bar)
+      self.pending = None
+
+  def checkpoint(self, at: int) -> None:
+    # Every record of a step < at is in metrics.jsonl before checkpoint `at` exists: a run resumed
+    # from it keeps exactly those (logs.truncate_jsonl) and writes the rest again.
+    self.flush()
+    # A halted run saves nothing past its last good state.
+    _raise_if_halted(self.run, self.state.halted_at)
+    if at not in self.saved:
+      self.opened.checkpoints.save(at, self.state, {"step": at, "config": self.config.to_dict(),
+                                                    "data": self.opened.data_digest})
+      self.saved.add(at)
+
+  def evaluate(self, at: int) -> dict:
+    self.flush()   # the records of steps < at come first, as in a run resumed at step `at`
+    record = self.evaluator.run(self.state.params, at)
+    self.logger.write(record)
+    return record
+
+  def _eval_due(self, at: int) -> bool:   # the last evaluation, at `end`, is made after the loop
+    every = self.config.eval.every
+    return bool(every) and at % every == 0 and 0 < at < self.end
+
+  def _throughput(self, t: int) -> None:
+    now = time.perf_counter()
+    tps = self.tokens_per_step * (t + 1 - self.last_log[1]) / max(now - self.last_log[0], 1e-9)
+    self.last_log = (now, t + 1)
+    perf = {"step": t, "tokens_per_s": tps}
+    if self.peak:
+      perf["mfu"] = tps * self.flops_per_token / self.peak
+    self.logger.write(perf, deterministic=False)
+    if self.bar is not None:
+      self.bar.set_postfix(tok_s=f"{tps:,.0f}",
+                           **({"mfu": f"{perf['mfu']:.1%}"} if "mfu" in perf else {}))
+
+  def train(self, signals: _Signals) -> dict:
+    """Runs the steps; returns the summary (``interrupted_at`` when a signal stopped it)."""
+    summary: dict[str, Any] = {"start_step": self.start}
+    log_every, num_steps = self.config.train.log_every, self.config.train.num_steps
+    every_ckpt = self.config.train.checkpoint_every
+    if self._eval_due(self.start):
+      # The interrupted run may have written it before checkpoint `start`, but its logs were cut
+      # back to the steps before `start`: an evaluation belongs to the segment that begins there.
+      self.evaluate(self.start)
+    for t in range(self.start, self.end):
+      self.state, metrics = self.opened.step_fn(self.state, next(self.batches))
+      self.feed.record(t, metrics["schedule"])
+      self.flush()               # read the previous log step now that step t is queued
+      if (t + 1) % log_every == 0 or t + 1 == num_steps:
+        self.pending = (t, metrics)
+        self._throughput(t)
+      if self.bar is not None:
+        self.bar.update(1)
+      if self._eval_due(t + 1):
+        self.evaluate(t + 1)
+      if every_ckpt and (t + 1) % every_ckpt == 0:
+        self.checkpoint(t + 1)
+      if signals.stop(t):
+        print(f"\nsignal {signals.received} at step {t + 1}: checkpointing and exiting")
+        self.checkpoint(t + 1)
+        summary["interrupted_at"] = t + 1
+        return summary
+    self.flush()
+    _raise_if_halted(self.run, self.state.halted_at)   # also when the streak ended between log steps
+    # At a stop_step as at num_steps; a run resumed from checkpoint `end` drops this record and
+    # makes the evaluation at `end` only if eval.every asks for it, as an uninterrupted run.
+    summary["final_eval"] = self.evaluate(self.end)
+    self.checkpoint(self.end)
+    return summary
+
+  def close(self) -> None:
+    self.feed.close()
+    self.batches.close()
+    self.opened.checkpoints.close()
+    self.logger.close()
+    if self.bar is not None:
+      self.bar.close()
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
+                       early_signals: Sequence[int] = ()) -> dict:
   """Train (or resume) the run described by ``config`` in ``workdir``; returns a summary dict.
 
   Writes under ``workdir``: ``checkpoints/``, ``metrics.jsonl``, ``throughput.jsonl``,
@@ -261,195 +463,52 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   checkpoint; ``stopped_at`` in the summary): a later call with a larger one resumes from there and
   writes the logs an uninterrupted run would.
   SIGTERM and SIGINT during the call stop the run at the next step boundary with a checkpoint;
-  the keyword ``early_signals`` (the signals a caller recorded before calling, see
-  :mod:`andrea_jax.launch`) acts the same way.
+  ``early_signals`` (the signals a caller recorded before calling, see :mod:`andrea_jax.launch`)
+  act the same way. The handlers are held for the whole call, so a signal during start-up stops
+  the run at its first step boundary, and one during the final evaluation or checkpoint lets them
+  finish.
   """
-  run = runconfig.build(config)            # validates everything; raises before any compilation
-  make_workdir(workdir)
-  is_main = jax.process_index() == 0
+  with _Signals() as signals:
+    # Read only now that the handlers are installed, so that a signal recorded by the caller while
+    # they were not (andrea_jax.launch) is seen here, whenever it came.
+    if early_signals:
+      signals.deliver(early_signals[0])
+    run = runconfig.build(config)            # validates everything; raises before any compilation
+    make_workdir(workdir)
+    opened = _open(run, config, workdir)
+    try:
+      start, opened.state = resume(opened.checkpoints, opened.state, config, opened.data_digest)
+      end = end_step(config, start, opened.checkpoints.directory)
+    except BaseException:   # before anything in workdir changes: its config.json and logs stay
+      opened.checkpoints.close()
+      raise
+    if jax.process_index() == 0:
+      with open(os.path.join(workdir, "config.json"), "w") as f:
+        f.write(config.to_json_best_effort(indent=2, sort_keys=True))
+    loop = _Loop(run, config, workdir, opened, start, end)
+    try:
+      summary = loop.train(signals)
+    finally:
+      loop.close()
+    return _finish(run, config, workdir, summary, end)
 
-  tokenizer = data_lib.load_tokenizer(config.data.tokenizer)
-  data = data_lib.open_training_data(config.data, tokenizer, required=run.used_sources)
-  data_digest = training_data_digest(data)
-  keys = run_keys(config.seed)
-  mesh_cfg = runconfig.mesh_config(config)
-  mesh = sharding.make_mesh(mesh_cfg)
-  state, state_shardings = sharding.init_sharded(
-      lambda: init_state(run, keys),
-      lambda s: sharding.state_shardings(s, mesh, mesh_cfg.fsdp_min_size))
-  batch_sharding = sharding.batch_sharding(mesh)
-  step_fn = step_lib.jit_step(run.step_config, state_shardings, batch_sharding)
-  checkpoints = ckpt_lib.Checkpoints(os.path.join(workdir, "checkpoints"),
-                                     keep=config.train.keep_checkpoints,
-                                     keep_period=config.train.get("keep_period", 0))
 
-  restored = checkpoints.restore_latest(jax.tree.map(
-      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state))
-  start = 0
-  if restored is not None:
-    start, state, meta = restored
-    print(f"resuming from step {start} ({checkpoints.directory}/{start})")
-    changed = config_changes(meta.get("config") if isinstance(meta, dict) else None,
-                             config.to_dict())
-    saved_data = meta.get("data") if isinstance(meta, dict) else None
-    if saved_data is not None and saved_data != data_digest and is_main:
-      # The same config on other tokens: a retrained tokenizer at the same path, new files.
-      print(f"warning: the checkpoint at step {start} was saved on other data (the tokenizer or "
-            "the prepared shards differ); the run goes on with this data, it is not the "
-            "uninterrupted run", file=sys.stderr)
-    streak = int(jax.device_get(state.nonfinite_streak))
-    if int(jax.device_get(state.halted_at)) >= 0 or (streak and changed):
-      # A halt (saved by an older version) or a streak resumed under changed values (the halt's
-      # advice taken): the new values start a fresh count; the weights are the last good ones
-      # (skipped steps never reach them). The same command again resumes the streak as saved, so
-      # it halts where the uninterrupted run does.
-      print(f"the checkpoint at step {start} was saved during a streak of non-finite steps; "
-            "resumed under other values, the run starts a fresh count", file=sys.stderr)
-      state = state.replace(
-          nonfinite_streak=jax.device_put(jnp.int32(0), state.nonfinite_streak.sharding),
-          halted_at=jax.device_put(jnp.int32(-1), state.halted_at.sharding))
-    if changed and is_main:
-      print(f"warning: the checkpoint at step {start} was saved under another configuration: "
-            f"{'; '.join(changed)}. The run goes on with the new values; it is not the "
-            "uninterrupted run of either config", file=sys.stderr)
-  elif is_main:
-    print(f"starting from step 0 (no checkpoint in {checkpoints.directory})")
-  num_steps = config.train.num_steps
-  # This call's last step: train.stop_step ends a run's first part early, the learning-rate schedule
-  # and the curriculum unchanged (laid out over num_steps).
-  end = config.train.get("stop_step", 0) or num_steps
-  refusal = None
-  if start > num_steps:   # the weights are past the run's end: nothing here could be right
-    refusal = (f"the checkpoint at step {start} in {checkpoints.directory} is past "
-               f"train.num_steps = {num_steps}; resume with train.num_steps >= {start}, or use "
-               "another workdir")
-  elif start > end:
-    refusal = (f"the checkpoint at step {start} in {checkpoints.directory} is past "
-               f"train.stop_step = {end}; resume with train.stop_step >= {start} (0 runs to "
-               f"train.num_steps = {num_steps})")
-  if refusal:             # before anything in workdir changes: its config.json and logs stay
-    checkpoints.close()
-    raise ckpt_lib.CheckpointError(refusal)
-  if is_main:
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-      f.write(config.to_json_best_effort(indent=2, sort_keys=True))
-  logger = logs.RunLogger(workdir, resume_step=start, is_writer=is_main,
-                          tensorboard=config.train.tensorboard)
-  evaluator = eval_lib.Evaluator(run, config, data, tokenizer, keys["eval"], workdir, mesh=mesh)
-  if is_main and evaluator.samples_path:
-    logs.truncate_samples(evaluator.samples_path, start)
-
-  global_rows = config.data.global_batch_size
-  # This process builds only the rows its devices hold: slot k of the global batch's P equal slices.
-  lo, hi = sharding.process_rows(batch_sharding, global_rows)
-  sampler = data_lib.MixtureSampler(
-      data, seq_len=config.data.seq_len, global_batch_size=global_rows, seed=config.seed,
-      process_index=lo // (hi - lo), process_count=global_rows // (hi - lo))
-  feed = feed_lib.ScheduleFeed(curriculum.schedule(state.curriculum), start,
-                               run.curriculum_spec.decision_lag)
-  batches = data_lib.Prefetcher(    # the host-to-device copy happens in the prefetch thread too
-      lambda t: sharding.global_batch(sampler.batch(t, feed.weights(t)), batch_sharding,
-                                      global_rows),
-      start_step=start, end_step=end, depth=max(2, config.data.prefetch))
-
-  tokens_per_step = config.data.global_batch_size * config.data.seq_len
-  flops = flops_per_token(run.model_config, config.data.seq_len)
-  peak = runconfig.peak_flops()              # this process's devices; tokens_per_step is global
-  peak = peak * jax.process_count() if peak else None
-  bar = None
-  if is_main and config.train.progress_bar:
-    from tqdm.auto import tqdm
-    bar = tqdm(total=end, initial=start, unit="step", dynamic_ncols=True)
-
-  saved = set(checkpoints.all_steps())
-
-  pending = None                      # (step, metrics) dispatched but not yet read
-
-  def flush_pending():
-    nonlocal pending
-    if pending is not None:
-      _log_step(run, logger, feed, *pending, bar=bar)
-      pending = None
-
-  def checkpoint(at: int):
-    # Every record of a step < at is in metrics.jsonl before checkpoint `at` exists: a run resumed
-    # from it keeps exactly those (logs.truncate_jsonl) and writes the rest again.
-    flush_pending()
-    _raise_if_halted(run, state.halted_at)   # a halted run saves nothing past its last good state
-    if at not in saved:
-      checkpoints.save(at, state, {"step": at, "config": config.to_dict(), "data": data_digest})
-      saved.add(at)
-
-  def evaluate(at: int):
-    flush_pending()   # the records of steps < at come first, as in a run resumed at step `at`
-    logger.write(evaluator.run(state.params, at))
-
-  def eval_due(at: int) -> bool:   # the last evaluation, at `end`, is made after the loop
-    return bool(config.eval.every) and at % config.eval.every == 0 and 0 < at < end
-
-  last_log = (time.perf_counter(), start)
-  summary: dict[str, Any] = {"start_step": start}
-  t = start
-  try:
-    with signals or _Signals() as signals:
-      if eval_due(start):
-        # The interrupted run may have written it before checkpoint `start`, but its logs were cut
-        # back to the steps before `start`: an evaluation belongs to the segment that begins there.
-        evaluate(start)
-      for t in range(start, end):
-        batch = next(batches)
-        state, metrics = step_fn(state, batch)
-        feed.record(t, metrics["schedule"])
-        flush_pending()               # read the previous log step now that step t is queued
-        if (t + 1) % config.train.log_every == 0 or t + 1 == num_steps:
-          pending = (t, metrics)
-          now = time.perf_counter()
-          tps = tokens_per_step * (t + 1 - last_log[1]) / max(now - last_log[0], 1e-9)
-          last_log = (now, t + 1)
-          perf = {"step": t, "tokens_per_s": tps}
-          if peak:
-            perf["mfu"] = tps * flops / peak
-          logger.write(perf, deterministic=False)
-          if bar is not None:
-            bar.set_postfix(tok_s=f"{tps:,.0f}", **({"mfu": f"{perf['mfu']:.1%}"} if peak else {}))
-        if bar is not None:
-          bar.update(1)
-        if eval_due(t + 1):
-          evaluate(t + 1)
-        if config.train.checkpoint_every and (t + 1) % config.train.checkpoint_every == 0:
-          checkpoint(t + 1)
-        if signals.stop(t):
-          print(f"\nsignal {signals.received} at step {t + 1}: checkpointing and exiting")
-          checkpoint(t + 1)
-          summary["interrupted_at"] = t + 1
-          break
-      flush_pending()
-      _raise_if_halted(run, state.halted_at)   # also when the streak ended between log steps
-      if "interrupted_at" not in summary:
-        # At a stop_step as at num_steps; a run resumed from checkpoint `end` drops this record
-        # and makes the evaluation at `end` only if eval.every asks for it, as an uninterrupted run.
-        final = evaluator.run(state.params, end)
-        logger.write(final)
-        summary["final_eval"] = final
-        checkpoint(end)
-  finally:
-    feed.close()
-    batches.close()
-    checkpoints.close()
-    logger.close()
-    if bar is not None:
-      bar.close()
+def _finish(run: runconfig.Run, config: ml_collections.ConfigDict, workdir: str, summary: dict,
+            end: int) -> dict:
+  """The summary's last fields, and ``summary.png`` (process 0, a completed call only)."""
+  interrupted = "interrupted_at" in summary
   summary["end_step"] = summary.get("interrupted_at", end)
-  if end < num_steps and "interrupted_at" not in summary:
+  if end < config.train.num_steps and not interrupted:
     summary["stopped_at"] = end
-  if is_main and config.train.plot and "interrupted_at" not in summary:
+  if interrupted:
+    return summary
+  if jax.process_index() == 0 and config.train.plot:
     regimes = list(zip(run.curriculum_spec.starts.tolist(), run.curriculum_spec.geometry_names))
     summary["plot"] = plots.summary_plot(workdir, run.sources, regimes)
-  if "interrupted_at" not in summary:
-    written = {"metrics.jsonl": True, "samples.txt": "samples" in summary["final_eval"],
-               "summary.png": "plot" in summary, "tensorboard/": bool(config.train.tensorboard),
-               "checkpoints/": True}
-    summary["outputs"] = [name for name, wrote in written.items() if wrote]
+  written = {"metrics.jsonl": True, "samples.txt": "samples" in summary["final_eval"],
+             "summary.png": "plot" in summary, "tensorboard/": bool(config.train.tensorboard),
+             "checkpoints/": True}
+  summary["outputs"] = [name for name, wrote in written.items() if wrote]
   return summary
 
 

@@ -14,7 +14,7 @@ from tests.util import REPO, small_run_config
 
 # The README's config lines, replaced by the test's small config, and its print cadence, made every
 # step; the rest runs as printed.
-README_CONFIG = "cfg = tiny.get_config()\ncfg.train.num_steps = 100\n"
+README_CONFIG = 'cfg = load_config_file("experiments/tiny.py")\ncfg.train.num_steps = 100\n'
 README_CADENCE = "if t % 20 == 0:"
 
 

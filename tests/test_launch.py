@@ -18,14 +18,15 @@ _FLAG_LINES = (
 def _console_script_command():
   """The installed ``andrea-train``, or the same entry point as pip's generated script runs it."""
   target = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]["andrea-train"]
-  assert target == "andrea_jax.launch:console_script"
+  assert target == "andrea_jax.main:run"
   installed = Path(sys.executable).parent / "andrea-train"
   if installed.exists():
     return [str(installed)]
   return [sys.executable, "-c", "import sys; sys.argv[0] = 'andrea-train'; "
-          "from andrea_jax.launch import console_script; sys.exit(console_script())"]
+          "from andrea_jax.main import run; sys.exit(run())"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["console script", "python -m"])
 def test_help_lists_the_config_and_workdir_flags(how):
   command = (_console_script_command() if how == "console script"

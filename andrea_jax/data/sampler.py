@@ -33,6 +33,30 @@ def _source_name(i: int, sources: tuple[str, ...] | None) -> str:
   return repr(sources[i]) if sources is not None and i < len(sources) else f"index {i}"
 
 
+def _checked_weights(weights_S: np.ndarray, batch_size: int, sources: tuple[str, ...] | None,
+                     offset: float | None) -> np.ndarray:
+  """``weights_S`` as float64 once every argument of :func:`allocate` is valid."""
+  if (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
+      or batch_size < 1):
+    raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+  if offset is not None and not 0 <= offset < 1:
+    raise ValueError(f"offset must be in [0, 1), got {offset!r}")
+  w_S = np.asarray(weights_S, np.float64)
+  if w_S.ndim != 1 or w_S.size == 0:
+    raise ValueError(f"weights must be a non-empty 1-D vector, got shape {w_S.shape}")
+  bad = np.flatnonzero(~np.isfinite(w_S))
+  if bad.size:
+    raise ValueError(f"weight of source {_source_name(bad[0], sources)} is {w_S[bad[0]]}, "
+                     "not finite")
+  bad = np.flatnonzero(w_S < 0)
+  if bad.size:
+    raise ValueError(f"weight of source {_source_name(bad[0], sources)} is {w_S[bad[0]]:.6g} < 0")
+  total = float(w_S.sum())
+  if abs(total - 1.0) > WEIGHT_TOLERANCE:
+    raise ValueError(f"weights sum to {total:.8f}, not 1 (tolerance {WEIGHT_TOLERANCE})")
+  return w_S
+
+
 def allocate(weights_S: np.ndarray, batch_size: int,
              sources: tuple[str, ...] | None = None, *, offset: float | None = None,
              order_S: np.ndarray | None = None) -> np.ndarray:
@@ -70,24 +94,8 @@ def allocate(weights_S: np.ndarray, batch_size: int,
     >>> allocate(np.array([0.5, 0.25, 0.25, 0.0]), 6, offset=0.7).tolist()  # points at 0.7
     [3, 1, 2, 0]
   """
-  if (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
-      or batch_size < 1):
-    raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-  if offset is not None and not 0 <= offset < 1:
-    raise ValueError(f"offset must be in [0, 1), got {offset!r}")
-  w_S = np.asarray(weights_S, np.float64)
-  if w_S.ndim != 1 or w_S.size == 0:
-    raise ValueError(f"weights must be a non-empty 1-D vector, got shape {w_S.shape}")
-  bad = np.flatnonzero(~np.isfinite(w_S))
-  if bad.size:
-    raise ValueError(f"weight of source {_source_name(bad[0], sources)} is {w_S[bad[0]]}, "
-                     "not finite")
-  bad = np.flatnonzero(w_S < 0)
-  if bad.size:
-    raise ValueError(f"weight of source {_source_name(bad[0], sources)} is {w_S[bad[0]]:.6g} < 0")
+  w_S = _checked_weights(weights_S, batch_size, sources, offset)
   total = float(w_S.sum())
-  if abs(total - 1.0) > WEIGHT_TOLERANCE:
-    raise ValueError(f"weights sum to {total:.8f}, not 1 (tolerance {WEIGHT_TOLERANCE})")
   # Quotas in millionths of a row: float noise in equal weights must not decide anything.
   quota_S = np.round(w_S / total * batch_size * 1e6)
   counts_S = (quota_S // 1e6).astype(np.int64)

@@ -151,47 +151,9 @@ class PreparedData:
     if manifest["dtype"] not in ("uint16", "uint32"):   # unsigned: no negative token id
       raise DataError(f"{where}: dtype {manifest['dtype']!r}, token shards are 'uint16' or "
                       "'uint32'")
-    dtype = np.dtype(manifest["dtype"]).newbyteorder("<")
-    shards = {}
-    for s, entry in manifest["sources"].items():
-      missing = [k for k in ("dtype", "tokenizer", "tokens", "shards") if k not in entry]
-      if missing:
-        raise DataError(f"{where}: the entry of source {s!r} lacks {missing}")
-      if entry.get("dtype") != manifest["dtype"]:
-        raise DataError(f"{where}: source {s!r} has dtype {entry.get('dtype')!r}, the manifest "
-                        f"{manifest['dtype']!r}")
-      if entry.get("tokenizer", {}).get("fingerprint") != tok_info["fingerprint"]:
-        raise DataError(f"{where}: source {s!r} was prepared with another tokenizer than the "
-                        "manifest's")
-      for split in mf.SPLITS:
-        maps = []
-        for shard in entry["shards"][split]:
-          name = shard["file"]
-          if (not isinstance(name, str) or os.path.isabs(name)
-              or os.path.normpath(name).split(os.sep)[0] == os.pardir):
-            raise DataError(f"{where}: shard {name!r} of source {s!r} is not a path inside "
-                            f"{path}")
-          count = shard["tokens"]
-          if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise DataError(f"{where}: shard {name!r} of source {s!r} has tokens {count!r}, not a "
-                            "count")
-          file = os.path.join(path, name)
-          if not os.path.isfile(file):
-            raise DataError(f"shard {file} of source {s!r} is missing")
-          expected = shard["tokens"] * dtype.itemsize
-          size = os.path.getsize(file)
-          if size != expected:
-            raise DataError(f"shard {file} of source {s!r} is truncated or padded: {size} bytes, "
-                            f"expected {expected} ({shard['tokens']} tokens of {dtype.itemsize} "
-                            "bytes)")
-          if shard["tokens"] == 0:  # mmap refuses empty files
-            maps.append(np.zeros(0, dtype))
-            continue
-          tokens_N = np.memmap(file, dtype=dtype, mode="r", shape=(shard["tokens"],))
-          if verify:
-            _check_shard(file, s, tokens_N, shard["sha256"], vocab_size)
-          maps.append(tokens_N)
-        shards[(s, split)] = tuple(maps)
+    shards = {(s, split): maps for s, entry in manifest["sources"].items()
+              for split, maps in _map_shards(path, manifest, where, s, entry, vocab_size,
+                                             verify).items()}
     return cls(path, manifest, sources, tuple(required), vocab_size, shards)
 
   def has(self, source: str) -> bool:
@@ -213,6 +175,52 @@ class PreparedData:
     return (f"PreparedData({self.path!r}, tokenizer={self.tokenizer_name!r}, "
             f"{len(present)}/{len(self.sources)} sources, "
             f"{sum(self.num_tokens(s) for s in present)} train tokens)")
+
+
+def _map_shards(path: str, manifest: dict, where: str, source: str, entry: dict, vocab_size: int,
+                verify: bool) -> dict[str, tuple[np.ndarray, ...]]:
+  """``split -> memory-mapped shards`` of one source, each shard's name, size and (``verify``)
+  hash and token ids checked."""
+  missing = [k for k in ("dtype", "tokenizer", "tokens", "shards") if k not in entry]
+  if missing:
+    raise DataError(f"{where}: the entry of source {source!r} lacks {missing}")
+  if entry.get("dtype") != manifest["dtype"]:
+    raise DataError(f"{where}: source {source!r} has dtype {entry.get('dtype')!r}, the manifest "
+                    f"{manifest['dtype']!r}")
+  if entry.get("tokenizer", {}).get("fingerprint") != manifest["tokenizer"]["fingerprint"]:
+    raise DataError(f"{where}: source {source!r} was prepared with another tokenizer than the "
+                    "manifest's")
+  dtype = np.dtype(manifest["dtype"]).newbyteorder("<")
+  out = {}
+  for split in mf.SPLITS:
+    maps = []
+    for shard in entry["shards"][split]:
+      name = shard["file"]
+      if (not isinstance(name, str) or os.path.isabs(name)
+          or os.path.normpath(name).split(os.sep)[0] == os.pardir):
+        raise DataError(f"{where}: shard {name!r} of source {source!r} is not a path inside "
+                        f"{path}")
+      count = shard["tokens"]
+      if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise DataError(f"{where}: shard {name!r} of source {source!r} has tokens {count!r}, not "
+                        "a count")
+      file = os.path.join(path, name)
+      if not os.path.isfile(file):
+        raise DataError(f"shard {file} of source {source!r} is missing")
+      expected = count * dtype.itemsize
+      size = os.path.getsize(file)
+      if size != expected:
+        raise DataError(f"shard {file} of source {source!r} is truncated or padded: {size} bytes, "
+                        f"expected {expected} ({count} tokens of {dtype.itemsize} bytes)")
+      if count == 0:  # mmap refuses empty files
+        maps.append(np.zeros(0, dtype))
+        continue
+      tokens_N = np.memmap(file, dtype=dtype, mode="r", shape=(count,))
+      if verify:
+        _check_shard(file, source, tokens_N, shard["sha256"], vocab_size)
+      maps.append(tokens_N)
+    out[split] = tuple(maps)
+  return out
 
 
 def _why_no_training_tokens(entry: dict) -> str:

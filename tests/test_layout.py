@@ -1,0 +1,152 @@
+"""The package's shape: imports point one way, no cycle, nothing loads files by path.
+
+The import graph is read from the source with ``ast`` (every ``import`` statement, those inside
+functions included), so a lazy import counts as an edge like any other.
+"""
+
+import ast
+import pathlib
+
+import pytest
+
+from tests.util import REPO
+
+PACKAGE = REPO / "andrea_jax"
+
+# The layers, lowest first: a module may import its own layer and the layers below, never above.
+LAYERS = (
+    {"sources", "attention", "model", "simplex", "bandit", "heads", "optim", "repetition"},
+    {"curriculum", "data", "cliff", "generate", "convert", "sharding", "distributed", "launch"},
+    {"step"},
+    {"runconfig", "config", "checkpoint", "feed", "logs", "plots", "evaluate", "viz"},
+    {"train", "ablation", "terrain"},
+    {"main"},
+)
+
+
+def _module_name(path: pathlib.Path) -> str:
+  parts = path.relative_to(REPO).with_suffix("").parts
+  return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: pathlib.Path, module: str) -> set[str]:
+  """Every ``andrea_jax`` module ``path`` imports (``from a import b`` counts ``a.b`` when that is
+  a module, else ``a``)."""
+  tree = ast.parse(path.read_text(), str(path))
+  package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+  found = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      found.update(a.name for a in node.names)
+    elif isinstance(node, ast.ImportFrom):
+      base = node.module or ""
+      if node.level:
+        base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1]
+                        + ([base] if base else []))
+      for a in node.names:
+        found.add(f"{base}.{a.name}" if _is_module(f"{base}.{a.name}") else base)
+  return {m for m in found if m == "andrea_jax" or m.startswith("andrea_jax.")}
+
+
+def _is_module(name: str) -> bool:
+  path = REPO.joinpath(*name.split("."))
+  return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def _graph() -> dict[str, set[str]]:
+  graph = {}
+  for path in sorted(PACKAGE.rglob("*.py")):
+    module = _module_name(path)
+    graph[module] = {m for m in _imports(path, module) if m != module}
+  return graph
+
+
+def _top(module: str) -> str:
+  parts = module.split(".")
+  return parts[1] if len(parts) > 1 else ""
+
+
+def _layer(module: str) -> int:
+  top = _top(module)
+  for i, names in enumerate(LAYERS):
+    if top in names:
+      return i
+  raise AssertionError(f"{module} is in no layer of tests/test_layout.py: place it")
+
+
+def test_the_package_has_no_import_cycle():
+  graph = _graph()
+  # Package __init__ files import their own modules to re-export them: an edge down, not a cycle.
+  edges = {m: {d for d in deps if not (m.endswith(d.rpartition(".")[0]) and d.startswith(m + "."))
+               and d != "andrea_jax"}
+           for m, deps in graph.items()}
+  done, stack = set(), []
+
+  def visit(m):
+    if m in stack:
+      cycle = stack[stack.index(m):] + [m]
+      raise AssertionError(f"import cycle: {' -> '.join(cycle)}")
+    if m in done:
+      return
+    stack.append(m)
+    for d in sorted(edges.get(m, ())):
+      if d in edges:
+        visit(d)
+    stack.pop()
+    done.add(m)
+
+  for m in sorted(edges):
+    visit(m)
+
+
+def test_imports_point_down_the_layers():
+  upward = []
+  for module, deps in _graph().items():
+    if module == "andrea_jax":
+      continue
+    for d in deps:
+      if d != "andrea_jax" and _layer(d) > _layer(module):
+        upward.append(f"{module} imports {d}")
+  assert not upward, "\n".join(sorted(upward))
+
+
+def test_the_curriculum_never_imports_the_trainer():
+  trainer = {"andrea_jax.train", "andrea_jax.step", "andrea_jax.runconfig", "andrea_jax.main"}
+  bad = [f"{m} imports {d}" for m, deps in _graph().items()
+         if m.startswith("andrea_jax.curriculum") for d in deps if d in trainer]
+  assert not bad, bad
+
+
+def test_the_package_never_imports_a_study_benchmark_or_test():
+  bad = []
+  for path in PACKAGE.rglob("*.py"):
+    for node in ast.walk(ast.parse(path.read_text())):
+      names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+               else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+      bad += [f"{path.relative_to(REPO)}: {n}" for n in names
+              if n.split(".")[0] in ("study", "bench", "tests", "experiments")]
+  assert not bad, bad
+
+
+@pytest.mark.parametrize("pattern", ["spec_from_file_location", "sys.path.insert",
+                                     "sys.path.append"])
+def test_no_file_is_loaded_by_path_outside_the_config_loader(pattern):
+  """Files import files with ``import``; the one exception is the config-file loader
+  (``andrea_jax.config.load_config_file``: config files are files, as ``--config`` names them)."""
+  allowed = {REPO / "andrea_jax" / "config.py", pathlib.Path(__file__)}
+  found = [str(p.relative_to(REPO)) for folder in ("andrea_jax", "tests", "bench", "study",
+                                                   "experiments")
+           for p in (REPO / folder).rglob("*.py") if p not in allowed and pattern in p.read_text()]
+  assert not found, found
+
+
+def test_no_function_of_the_package_is_over_80_lines():
+  """Long functions are split into named pieces (docstrings and comments count)."""
+  long = []
+  for path in PACKAGE.rglob("*.py"):
+    for node in ast.walk(ast.parse(path.read_text())):
+      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        n = node.end_lineno - node.lineno + 1
+        if n > 80:
+          long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({n} lines)")
+  assert not long, "\n".join(long)
