@@ -1,6 +1,7 @@
 # Two entry points, each self-contained on a fresh machine (Python >= 3.10 with venv):
-#   make demo   -> creates .venv, installs andrea_jax, trains the tiny model on the built-in corpus
-#   make test   -> creates .venv, installs andrea_jax[test], runs the whole test suite
+#   make demo       -> creates .venv, installs andrea_jax, trains the tiny model on the built-in corpus
+#   make test       -> creates .venv, installs andrea_jax[test], runs the whole test suite
+#   make test-fast  -> the same without the tests marked slow (those that train or start a process)
 # Everything else (bench, notebooks, lint) is optional.
 
 PYTHON ?= python3
@@ -17,7 +18,7 @@ ARGS    ?=
 # single-threaded compilation, so two workers use both of CI's two cores. 0 runs it in one process.
 WORKERS ?= 2
 
-.PHONY: demo test bench notebooks clean
+.PHONY: demo test test-fast bench notebooks clean
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +35,9 @@ demo: $(VENV)/.base
 
 test: $(VENV)/.test
 	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile $(ARGS)
+
+test-fast: $(VENV)/.test
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile -m "not slow" $(ARGS)
 
 bench: $(VENV)/.test
 	$(PIP) install -q -e ".[bench]"

@@ -43,6 +43,7 @@ def _hand_lr(t, peak, warmup, total, min_ratio=0.1):
   return min_ratio * peak + (1 - min_ratio) * peak * 0.5 * (1 + math.cos(math.pi * p))
 
 
+@pytest.mark.slow
 def test_each_vmapped_variant_equals_the_variant_trained_alone(result):
   """Variant k of the one program = the normal jitted train step with variant k's config, fed the
   same batches: the sampler with the base seed and the first phase's mixture (1/7 on each of the
@@ -95,6 +96,7 @@ def test_each_vmapped_variant_equals_the_variant_trained_alone(result):
   assert result.skipped.tolist() == [0, 0]
 
 
+@pytest.mark.slow
 def test_samples_are_each_variants_own_generation(result):
   """The vmapped sampling equals :func:`generate` on one variant's parameters, with the key the
   result documents (``fold_in(fold_in(eval key, num_steps), prompt index)``)."""
@@ -120,6 +122,7 @@ def test_samples_are_each_variants_own_generation(result):
   assert result.collapsed().shape == (2,)
 
 
+@pytest.mark.slow
 def test_loop_baseline_trains_the_same_variant(result):
   slow = ablation.loop_baseline(_config(), VARIANTS[1:], STEPS, eval_every=3, chunk_steps=3,
                                 samples=False)
@@ -163,6 +166,7 @@ def test_a_mixture_of_the_wrong_shape_is_rejected_before_training():
     ablation.train_variants(_config(), [{}], STEPS, mixture=np.full(16, 0.1))
 
 
+@pytest.mark.slow
 def test_the_logged_rate_after_skipped_steps_is_the_rate_applied(data_cache):
   # A rate of 1e30 from step 0 (no warmup): the weights leave float32's range and the later steps
   # are skipped. A skipped step does not advance the schedule's count, so every step after the
@@ -197,6 +201,7 @@ def test_a_wsd_sweep_is_checked_on_its_own_warmups_not_the_config_files():
     ablation.resolve_variants(c, [{"seed": 1}], STEPS)
 
 
+@pytest.mark.slow
 def test_counts_may_be_numpy_integers_and_rates_must_fit_float32(data_cache):
   c = _config()
   with pytest.raises(ValueError, match=r"variants\[0\].peak_lr = 1e\+39 is outside float32"):

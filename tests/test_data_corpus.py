@@ -71,6 +71,7 @@ def test_scale_knob():
   assert 10_000 <= small < 12_000 and 40_000 <= big < 42_000
 
 
+@pytest.mark.slow
 def test_deterministic_and_independent_of_hash_randomisation():
   here = _digest(0.02)
   assert _digest(0.02) == here

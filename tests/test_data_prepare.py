@@ -310,6 +310,7 @@ def test_other_bad_inputs(tmp_path):
     prepare({"chat": SourceSpec(("x",), "csv")}, BYTES, out, progress=False)
 
 
+@pytest.mark.slow
 def test_command_line(inputs, tmp_path):
   root, _, _ = inputs
   config = tmp_path / "cfg.py"

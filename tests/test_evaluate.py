@@ -92,6 +92,7 @@ def test_losses_equal_the_cross_entropy_worked_out_row_by_row(data_cache):
     np.testing.assert_allclose(v, want[name], rtol=2e-5, err_msg=name)
 
 
+@pytest.mark.slow
 def test_four_devices_each_evaluate_a_quarter_of_the_rows(tmp_path, data_cache):
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4")
   p = subprocess.run([sys.executable, __file__], cwd=REPO, env=env, capture_output=True, text=True,

@@ -1,5 +1,6 @@
 """``python -m andrea_jax.main`` on bad input: one line that names the field, no traceback."""
 
+import pytest
 import subprocess
 import sys
 
@@ -13,6 +14,7 @@ def _main(tmp_path, *overrides, config="tiny.py"):
                         cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_an_invalid_value_is_one_clear_line(tmp_path):
   out = _main(tmp_path, "--config.optim.peak_lr=-1")
   assert out.returncode == 1, out.stdout + out.stderr
@@ -21,12 +23,14 @@ def test_an_invalid_value_is_one_clear_line(tmp_path):
   assert not (tmp_path / "run" / "checkpoints").exists()    # rejected before anything ran
 
 
+@pytest.mark.slow
 def test_verbosity_shows_the_traceback(tmp_path):
   out = _main(tmp_path, "--config.optim.peak_lr=-1", "--verbosity=0")
   assert out.returncode == 1
   assert "Traceback" in out.stderr and "ValueError: optim.peak_lr must be > 0" in out.stderr
 
 
+@pytest.mark.slow
 def test_bad_data_is_one_clear_line_naming_the_file(tmp_path):
   """A text file without a separator line is one document, held out for hermes3-general: no
   training tokens, found while opening the data (after validation)."""
@@ -46,6 +50,7 @@ def test_bad_data_is_one_clear_line_naming_the_file(tmp_path):
   assert "Traceback" not in out.stderr
 
 
+@pytest.mark.slow
 def test_a_bad_distributed_section_or_cache_dir_is_one_clear_line(tmp_path):
   out = _main(tmp_path, "--config.distributed.coordinator_address=localhost:12345")
   assert out.returncode == 1, out.stdout + out.stderr
@@ -61,6 +66,7 @@ def test_a_bad_distributed_section_or_cache_dir_is_one_clear_line(tmp_path):
   assert "Traceback" not in out.stderr
 
 
+@pytest.mark.slow
 def test_a_workdir_that_is_a_file_is_one_clear_line(tmp_path):
   (tmp_path / "run").write_text("not a directory")
   out = _main(tmp_path)
@@ -69,6 +75,7 @@ def test_a_workdir_that_is_a_file_is_one_clear_line(tmp_path):
   assert "Traceback" not in out.stderr
 
 
+@pytest.mark.slow
 def test_every_failing_process_prints_its_error_named():
   # A file missing on one host only: that host's log must say so, not stay silent. In a process of
   # its own (main defines the absl flags, which other modules' commands define too).

@@ -1,5 +1,8 @@
-"""The training system: a one-step golden test against PyTorch, the loop end to end, resume, halting."""
+"""The trainer: its signature, the loop end to end, resume and its messages, halting, the state
+it starts from (the step itself: tests/test_step.py)."""
 
+import inspect
+import math
 import os
 import shutil
 import signal
@@ -12,120 +15,16 @@ import numpy as np
 import pytest
 
 from andrea_jax import checkpoint as ckpt_lib
-from andrea_jax import convert
+from andrea_jax import config as config_lib
 from andrea_jax import logs
 from andrea_jax import runconfig
 from andrea_jax import step as step_lib
 from andrea_jax import train
-from andrea_jax.model import init_params
 from tests.util import REPO, small_run_config, tensorboard_scalars
 from tests.faults import harness
 
 
-def _fixed_batch(rng, B, T, vocab, num_sources):
-  """One document per row (no end-of-document inside), as the Hugging Face model sees text."""
-  tokens = rng.integers(0, vocab - 1, size=(B, T + 1)).astype(np.int32)
-  return {
-      "inputs": tokens[:, :-1], "targets": tokens[:, 1:],
-      "segment_ids": np.ones((B, T), np.int32),
-      "positions": np.broadcast_to(np.arange(T, dtype=np.int32), (B, T)).copy(),
-      "source_ids": rng.integers(0, num_sources, size=(B,)).astype(np.int32),
-  }
-
-
-def test_one_step_golden_against_pytorch():
-  """One AdamW step of ours equals one step of transformers' GPT-2 + torch.optim.AdamW."""
-  torch = pytest.importorskip("torch")
-  transformers = pytest.importorskip("transformers")
-  c = small_run_config()
-  c.optim.update(warmup_steps=0, schedule="constant", peak_lr=1e-3, weight_decay=0.1, grad_clip=1.0)
-  run = runconfig.build(c)
-  mcfg = run.model_config
-  state = jax.jit(lambda: train.init_state(run, train.run_keys(0)))()
-  batch = _fixed_batch(np.random.default_rng(0), 4, 32, mcfg.vocab_size, 16)
-
-  # The reference: the same weights in PyTorch, cross-entropy, clip_grad_norm_, AdamW.
-  hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(**convert.hf_gpt2_config(mcfg)))
-  sd = convert.to_hf_state_dict(state.params, mcfg)
-  hf.load_state_dict({k: torch.tensor(np.array(v)) for k, v in sd.items()}, strict=False)
-  hf.float().train()
-  for m in hf.modules():   # no dropout in ours
-    if isinstance(m, torch.nn.Dropout):
-      m.p = 0.0
-  decay = [p for p in hf.parameters() if p.dim() >= 2]
-  no_decay = [p for p in hf.parameters() if p.dim() < 2]
-  opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                           {"params": no_decay, "weight_decay": 0.0}],
-                          lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
-  logits = hf(torch.tensor(batch["inputs"], dtype=torch.long)).logits
-  ref_loss = torch.nn.functional.cross_entropy(
-      logits.reshape(-1, logits.shape[-1]), torch.tensor(batch["targets"], dtype=torch.long).reshape(-1))
-  ref_loss.backward()
-  ref_norm = torch.nn.utils.clip_grad_norm_(hf.parameters(), 1.0)
-  opt.step()
-
-  step_fn = step_lib.jit_step(run.step_config)
-  new_state, metrics = step_fn(state, {k: jnp.asarray(v) for k, v in batch.items()})
-  assert float(metrics["loss"]) == pytest.approx(ref_loss.item(), rel=1e-5)
-  assert float(metrics["grad_norm"]) == pytest.approx(float(ref_norm), rel=1e-4)
-  ours = convert.to_hf_state_dict(new_state.params, mcfg)
-  ref = {k: v.detach().numpy() for k, v in hf.state_dict().items()}
-  for name, value in ours.items():
-    if name in ref:
-      np.testing.assert_allclose(value, ref[name], atol=2e-6, rtol=1e-4, err_msg=name)
-  assert int(new_state.step) == 1
-
-
-def test_per_source_losses_are_segment_means():
-  loss = jnp.array([[1.0, 3.0], [2.0, 2.0], [5.0, 7.0]])
-  mask = jnp.array([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0]])
-  loss_S, tokens_S = step_lib.per_source_sums(loss * mask, mask, jnp.array([2, 0, 2]), 3)
-  np.testing.assert_allclose(loss_S, [2.0, 0.0, 16.0])
-  np.testing.assert_allclose(tokens_S, [1.0, 0.0, 4.0])
-
-
-def test_gradient_accumulation_equals_the_full_batch():
-  c = small_run_config()
-  run1 = runconfig.build(c)
-  c.optim.grad_accum_steps = 4
-  run4 = runconfig.build(c)
-  params = init_params(run1.model_config, jax.random.PRNGKey(1))
-  batch = {k: jnp.asarray(v) for k, v in _fixed_batch(np.random.default_rng(1), 8, 32, 257, 16).items()}
-  l1, g1, s1, t1 = step_lib.loss_and_grads(run1.step_config, params, batch)
-  l4, g4, s4, t4 = step_lib.loss_and_grads(run4.step_config, params, batch)
-  np.testing.assert_allclose(l1, l4, rtol=1e-6)
-  np.testing.assert_allclose(s1, s4, rtol=1e-5)
-  np.testing.assert_array_equal(t1, t4)
-  for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g4)):
-    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
-
-
-def test_non_finite_steps_change_nothing_and_halt_after_the_limit():
-  c = small_run_config()
-  c.train.max_nonfinite_steps = 3
-  run = runconfig.build(c)
-  state = jax.jit(lambda: train.init_state(run, train.run_keys(0)))()
-  # An infinite LayerNorm scale makes the loss NaN: the step must leave params and moments alone.
-  params = jax.tree_util.tree_map_with_path(
-      lambda p, x: jnp.full_like(x, jnp.inf) if "ln_f" in jax.tree_util.keystr(p) else x,
-      state.params)
-  state = state.replace(params=params)
-  batch = {k: jnp.asarray(v) for k, v in _fixed_batch(np.random.default_rng(2), 4, 32, 257, 16).items()}
-  step_fn = jax.jit(lambda s, b: step_lib.train_step(run.step_config, s, b))
-  before = jax.device_get(state)
-  halted = []
-  for _ in range(4):
-    state, m = step_fn(state, batch)
-    assert not bool(m["finite"])
-    halted.append(int(m["halted_at"]))
-  after = jax.device_get(state)
-  for a, b in zip(jax.tree.leaves(before.params) + jax.tree.leaves(before.opt_state),
-                  jax.tree.leaves(after.params) + jax.tree.leaves(after.opt_state)):
-    np.testing.assert_array_equal(a, b)
-  assert int(after.step) == 4
-  assert halted == [-1, -1, 0, 0]   # the third bad step in a row reaches the limit; the streak began at 0
-
-
+@pytest.mark.slow
 def test_a_halt_between_log_steps_saves_nothing_past_it_and_ends_in_the_error(tmp_path):
   # A huge learning rate makes steps non-finite from step 2 on; the limit (3) is reached at step
   # 4, between log steps (every 10) and before the stop at 7: neither the checkpoint at 5 nor the
@@ -141,6 +40,7 @@ def test_a_halt_between_log_steps_saves_nothing_past_it_and_ends_in_the_error(tm
               if "eval/mean_loss" in r]   # no final evaluation of a halted run
 
 
+@pytest.mark.slow
 def test_a_streak_under_the_limit_is_resumed_as_saved(tmp_path):
   # Steps are non-finite from step 2 on (as above); the first part stops at step 4 with a streak
   # of 2 (steps 2, 3), under the limit of 3. Resumed, the run halts where the uninterrupted run
@@ -159,27 +59,6 @@ def test_a_streak_under_the_limit_is_resumed_as_saved(tmp_path):
   c.optim.peak_lr = 1e8
   with pytest.raises(train.TrainingHalted, match=r"3 consecutive steps .* \(steps 4..6\)"):
     train.train_and_evaluate(c, str(tmp_path / "run"))
-
-
-def test_a_non_finite_update_from_a_finite_gradient_changes_nothing():
-  # An optimizer whose update overflows (a rate of inf): loss and gradient are finite, the new
-  # weights are not. The step is skipped like any non-finite one.
-  import dataclasses
-
-  import optax
-  c = small_run_config()
-  run = runconfig.build(c)
-  cfg = dataclasses.replace(run.step_config, tx=optax.scale(float("inf")))
-  state = jax.jit(lambda: train.init_state(run, train.run_keys(0)))()
-  state = state.replace(opt_state=cfg.tx.init(state.params))
-  batch = {k: jnp.asarray(v) for k, v in _fixed_batch(np.random.default_rng(2), 4, 32, 257, 16).items()}
-  new, m = jax.jit(lambda s, b: step_lib.train_step(cfg, s, b))(state, batch)
-  assert np.isfinite(float(m["loss"])) and np.isfinite(float(m["grad_norm"]))
-  assert not bool(m["finite"]) and int(new.nonfinite_streak) == 1
-  for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(new.params)):
-    np.testing.assert_array_equal(a, b)
-  assert bool(step_lib.all_finite({"a": jnp.ones(3), "b": jnp.zeros((2, 2))}))
-  assert not bool(step_lib.all_finite({"a": jnp.ones(3), "b": jnp.array([0.0, jnp.nan])}))
 
 
 def test_a_workdir_that_cannot_be_one_is_refused_before_training(tmp_path):
@@ -206,6 +85,7 @@ def test_processes_holding_unequal_numbers_of_devices_are_refused(monkeypatch):
     runconfig.build(small_run_config())
 
 
+@pytest.mark.slow
 def test_a_resume_on_other_data_says_so(tmp_path, capsys):
   # The built-in corpus at another scale: other documents, other shards (and a changed config).
   c = small_run_config(num_steps=6)
@@ -357,6 +237,7 @@ def test_resuming_where_an_evaluation_was_made_rewrites_the_uninterrupted_logs(
   assert ("eval/mean_loss", 10, pytest.approx(records[2]["eval/mean_loss"])) in ours
 
 
+@pytest.mark.slow
 def test_resuming_with_misaligned_cadences_rewrites_the_uninterrupted_logs(tmp_path, data_cache):
   """Evaluations every 6 steps, logs every 4, checkpoints every 10: none coincide at 10. The run
   resumed from checkpoint 10 writes the reference's metrics.jsonl and samples.txt; the records
@@ -375,6 +256,7 @@ def test_resuming_with_misaligned_cadences_rewrites_the_uninterrupted_logs(tmp_p
     assert (resumed / name).read_text() == (reference / name).read_text(), name
 
 
+@pytest.mark.slow
 def test_a_run_stopped_at_stop_step_goes_on_as_the_uninterrupted_run(tmp_path, data_cache):
   """train.stop_step = 13 ends the call after step 13 with an evaluation and a checkpoint, its
   learning rate and mixture those of the 20-step run (the records before 13 are the reference's);
@@ -420,6 +302,7 @@ def test_a_bad_stop_step_is_refused_before_anything_runs(value, error, message):
     runconfig.build(c)
 
 
+@pytest.mark.slow
 def test_a_checkpoint_from_another_configuration_is_refused(tmp_path, data_cache):
   c = small_run_config(num_steps=10)
   c.eval.sample_tokens = 0
@@ -436,3 +319,106 @@ def test_a_checkpoint_from_another_configuration_is_refused(tmp_path, data_cache
   c.model.d_model = 64
   with pytest.raises(ckpt_lib.CheckpointError, match=r"has shape .* in the checkpoint but"):
     train.train_and_evaluate(c, str(tmp_path))
+
+
+def test_signature_is_the_one_callers_use():
+  sig = inspect.signature(train.train_and_evaluate)
+  P = inspect.Parameter
+  assert [(p.name, p.kind) for p in sig.parameters.values()] == [
+      ("config", P.POSITIONAL_OR_KEYWORD), ("workdir", P.POSITIONAL_OR_KEYWORD),
+      ("early_signals", P.KEYWORD_ONLY)]
+  assert sig.parameters["early_signals"].default == ()
+  sig.bind(small_run_config(), "runs/x", early_signals=(15,))
+  # A third positional argument: the signature refuses it, and so does the function itself,
+  # before it reads the config.
+  with pytest.raises(TypeError):
+    sig.bind(small_run_config(), "runs/x", None)
+  with pytest.raises(TypeError, match="positional argument"):
+    train.train_and_evaluate(small_run_config(), "runs/x", None)
+
+
+def test_annotations_and_metadata_are_the_wrappers():
+  f = train.train_and_evaluate
+  assert f.__annotations__ == {"config": "ml_collections.ConfigDict", "workdir": "str",
+                               "early_signals": "Sequence[int]", "return": "dict"}
+  assert not hasattr(f, "__wrapped__")
+  assert f.__name__ == f.__qualname__ == "train_and_evaluate" and f.__module__ == "andrea_jax.train"
+  assert f.__doc__.startswith("Train (or resume) the run described by ``config``")
+
+
+def test_changes_are_listed_by_field_and_free_fields_are_not():
+  saved = {"seed": 0, "optim": {"peak_lr": 1e-3, "warmup_steps": 10},
+           "train": {"num_steps": 100, "stop_step": 50, "log_every": 10},
+           "eval": {"every": 25}, "mesh": {"data": 1}, "curriculum": {"prompts": ["a", "b"]}}
+  current = {"seed": 7, "optim": {"peak_lr": 0.5, "warmup_steps": 10},
+             "train": {"num_steps": 100, "stop_step": 0, "log_every": 1},
+             "eval": {"every": 5}, "mesh": {"data": 2}, "curriculum": {"prompts": ("a", "b")},
+             "cliff": {"window": 3}}
+  assert train.config_changes(saved, current) == [
+      "cliff.window: (absent) -> 3", "optim.peak_lr: 0.001 -> 0.5", "seed: 0 -> 7"]
+
+
+def test_the_same_config_through_json_has_no_change():
+  import json
+  c = config_lib.base_config()
+  saved = json.loads(json.dumps(c.to_dict()))   # what the checkpoint's meta holds
+  assert train.config_changes(saved, c.to_dict()) == []
+  assert train.config_changes(None, c.to_dict()) == []
+  c.curriculum.eta = 0.25
+  assert train.config_changes(saved, c.to_dict()) == [
+      f"curriculum.eta: {saved['curriculum']['eta']!r} -> 0.25"]
+
+
+def test_a_cliff_names_its_source_and_offers_the_exclusion():
+  rec = {"loss": 0.4123, "cliff/source": "repo-docs", "curriculum/geometry": 1}
+  names = ("v2_warmup", "v2_firehose", "v3_polish")
+  assert train.cliff_message(rec, 150, names, respond=False) == (
+      "zombie cliff at step 150: loss 0.412 far below its recent values; source 'repo-docs'; to "
+      "exclude it, add it to curriculum.geometries.v2_firehose.exclude and resume, or train with "
+      "--config.cliff.respond=True, which excludes what the detector flags")
+  assert train.cliff_message(rec, 150, names, respond=True).endswith(
+      "source 'repo-docs' excluded from the next phase on")
+  assert train.cliff_message({**rec, "cliff/source": None}, 150, names, False).endswith(
+      "no source named")
+
+
+def _shared_buffers(state):
+  """Groups of leaf paths that point at one device buffer (XLA cannot donate such a buffer)."""
+  by_pointer = {}
+  for path, x in jax.tree_util.tree_leaves_with_path(state):
+    by_pointer.setdefault(x.unsafe_buffer_pointer(), []).append(jax.tree_util.keystr(path))
+  return [paths for paths in by_pointer.values() if len(paths) > 1]
+
+
+@pytest.mark.parametrize("strategy", ["andrea", "bandit_only", "random_only", "static", "exp3",
+                                      "elastic"])
+@pytest.mark.parametrize("baseline", ["mixture", "total"])
+def test_every_leaf_of_a_fresh_state_owns_its_buffer(strategy, baseline):
+  c = small_run_config(cliff__baseline=baseline, cliff__respond=True)
+  c.curriculum.strategy = strategy
+  state = train.init_state(runconfig.build(c), train.run_keys(0))
+  assert _shared_buffers(state) == []
+
+
+@pytest.mark.slow
+def test_the_readme_sequence_runs_one_donated_step():
+  c = small_run_config()
+  run = runconfig.build(c)
+  keys = train.run_keys(0)
+  state = train.init_state(run, keys)
+  T, B = c.data.seq_len, c.data.global_batch_size
+  tokens = np.random.default_rng(0).integers(0, run.model_config.vocab_size, (B, T + 1), np.int32)
+  batch = {"inputs": tokens[:, :-1], "targets": tokens[:, 1:],
+           "segment_ids": np.ones((B, T), np.int32),
+           "positions": np.broadcast_to(np.arange(T, dtype=np.int32), (B, T)).copy(),
+           "source_ids": np.arange(B, dtype=np.int32) % len(run.sources)}
+  batch = {k: jnp.asarray(v) for k, v in batch.items()}
+  new_state, metrics = step_lib.jit_step(run.step_config)(state, batch)
+  assert int(new_state.step) == 1 and bool(metrics["finite"])
+  # Freshly initialised logits are near 0, so the loss on uniform random tokens is about ln(V).
+  assert float(metrics["loss"]) == pytest.approx(math.log(run.model_config.vocab_size), abs=0.1)
+  # Every source got B / S rows of T tokens.
+  np.testing.assert_array_equal(np.asarray(metrics["source_tokens"]), B // len(run.sources) * T)
+  # The caller's keys were not donated with the state: a second state can still be built from them.
+  again = train.init_state(run, keys)
+  np.testing.assert_array_equal(np.asarray(again.curriculum.key), np.asarray(keys["curriculum"]))

@@ -42,6 +42,7 @@ def _records(workdir):
   return [r for r in logs.read_jsonl(str(workdir / "metrics.jsonl")) if "loss" in r]
 
 
+@pytest.mark.slow
 def test_a_planted_cliff_is_flagged_on_repo_docs_and_excluded(tmp_path, data_cache, capsys):
   with _experiment().plant_passage("z", start_step=PLANT, carrier="extra-05"):
     train.train_and_evaluate(_config(), str(tmp_path))
@@ -70,6 +71,7 @@ def test_a_planted_cliff_is_flagged_on_repo_docs_and_excluded(tmp_path, data_cac
   assert f"zombie cliff at step {PLANT}" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_the_same_run_without_the_plant_raises_no_flag(tmp_path, data_cache):
   train.train_and_evaluate(_config(), str(tmp_path))
   records = _records(tmp_path)

@@ -97,6 +97,7 @@ def test_a_checkpoint_killed_before_its_seal_is_used_and_sealed(three_steps, tmp
   assert ckpt_lib.verify(str(directory / "3")) is None
 
 
+@pytest.mark.slow
 def test_a_training_run_resumes_past_a_damaged_checkpoint_bit_for_bit(reference, xla_cache,
                                                                       tmp_path):
   """The whole job: the last checkpoint of a finished run is damaged; re-running the command warns,

@@ -16,6 +16,7 @@ import pytest
 from tests.faults import harness
 
 
+@pytest.mark.slow
 def test_kills_and_sigint_then_resume_reproduce_the_uninterrupted_run(reference, xla_cache,
                                                                        tmp_path):
   config = harness.fault_config()
@@ -57,6 +58,7 @@ def _catches(pid: int, sig: int) -> bool:
   return bool(caught >> (int(sig) - 1) & 1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", ["python -m", "console script"])
 def test_a_signal_during_start_up_exits_cleanly_and_leaves_the_checkpoints(entry, xla_cache,
                                                                           tmp_path):
@@ -90,6 +92,7 @@ def test_a_signal_during_start_up_exits_cleanly_and_leaves_the_checkpoints(entry
     assert harness.final_steps(workdir / "checkpoints") == []
 
 
+@pytest.mark.slow
 def test_a_signal_recorded_before_the_trainer_started_stops_it_at_the_first_step(data_cache,
                                                                                  tmp_path):
   """A signal the command line recorded while jax.distributed was connecting (or the trainer was

@@ -179,6 +179,7 @@ def test_a_nan_discount_is_refused_or_clipped():
   assert np.isfinite(traced.counts).all() and np.isfinite(traced.progress).all()
 
 
+@pytest.mark.slow
 def test_nan_steps_in_a_real_run_never_reach_the_weights(reference, xla_cache, tmp_path):
   """Steps 5, 22 and 23 of the run see a token id outside the embedding (NaN loss and gradient):
   each is skipped, the run goes on, and the weights and AdamW moments after steps 22-23 (checkpoint

@@ -1,0 +1,188 @@
+"""The jitted step: a one-step golden test against PyTorch, per-source sums, gradient
+accumulation, skipped non-finite steps, and the document mask."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from andrea_jax import convert
+from andrea_jax import runconfig
+from andrea_jax import step as step_lib
+from andrea_jax import train
+from andrea_jax.model import init_params
+from tests.util import small_run_config
+
+
+def _fixed_batch(rng, B, T, vocab, num_sources):
+  """One document per row (no end-of-document inside), as the Hugging Face model sees text."""
+  tokens = rng.integers(0, vocab - 1, size=(B, T + 1)).astype(np.int32)
+  return {
+      "inputs": tokens[:, :-1], "targets": tokens[:, 1:],
+      "segment_ids": np.ones((B, T), np.int32),
+      "positions": np.broadcast_to(np.arange(T, dtype=np.int32), (B, T)).copy(),
+      "source_ids": rng.integers(0, num_sources, size=(B,)).astype(np.int32),
+  }
+
+
+
+@pytest.mark.slow
+def test_one_step_golden_against_pytorch():
+  """One AdamW step of ours equals one step of transformers' GPT-2 + torch.optim.AdamW."""
+  torch = pytest.importorskip("torch")
+  transformers = pytest.importorskip("transformers")
+  c = small_run_config()
+  c.optim.update(warmup_steps=0, schedule="constant", peak_lr=1e-3, weight_decay=0.1, grad_clip=1.0)
+  run = runconfig.build(c)
+  mcfg = run.model_config
+  state = jax.jit(lambda: train.init_state(run, train.run_keys(0)))()
+  batch = _fixed_batch(np.random.default_rng(0), 4, 32, mcfg.vocab_size, 16)
+
+  # The reference: the same weights in PyTorch, cross-entropy, clip_grad_norm_, AdamW.
+  hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(**convert.hf_gpt2_config(mcfg)))
+  sd = convert.to_hf_state_dict(state.params, mcfg)
+  hf.load_state_dict({k: torch.tensor(np.array(v)) for k, v in sd.items()}, strict=False)
+  hf.float().train()
+  for m in hf.modules():   # no dropout in ours
+    if isinstance(m, torch.nn.Dropout):
+      m.p = 0.0
+  decay = [p for p in hf.parameters() if p.dim() >= 2]
+  no_decay = [p for p in hf.parameters() if p.dim() < 2]
+  opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                           {"params": no_decay, "weight_decay": 0.0}],
+                          lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
+  logits = hf(torch.tensor(batch["inputs"], dtype=torch.long)).logits
+  ref_loss = torch.nn.functional.cross_entropy(
+      logits.reshape(-1, logits.shape[-1]), torch.tensor(batch["targets"], dtype=torch.long).reshape(-1))
+  ref_loss.backward()
+  ref_norm = torch.nn.utils.clip_grad_norm_(hf.parameters(), 1.0)
+  opt.step()
+
+  step_fn = step_lib.jit_step(run.step_config)
+  new_state, metrics = step_fn(state, {k: jnp.asarray(v) for k, v in batch.items()})
+  assert float(metrics["loss"]) == pytest.approx(ref_loss.item(), rel=1e-5)
+  assert float(metrics["grad_norm"]) == pytest.approx(float(ref_norm), rel=1e-4)
+  ours = convert.to_hf_state_dict(new_state.params, mcfg)
+  ref = {k: v.detach().numpy() for k, v in hf.state_dict().items()}
+  for name, value in ours.items():
+    if name in ref:
+      np.testing.assert_allclose(value, ref[name], atol=2e-6, rtol=1e-4, err_msg=name)
+  assert int(new_state.step) == 1
+
+
+
+def test_per_source_losses_are_segment_means():
+  loss = jnp.array([[1.0, 3.0], [2.0, 2.0], [5.0, 7.0]])
+  mask = jnp.array([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0]])
+  loss_S, tokens_S = step_lib.per_source_sums(loss * mask, mask, jnp.array([2, 0, 2]), 3)
+  np.testing.assert_allclose(loss_S, [2.0, 0.0, 16.0])
+  np.testing.assert_allclose(tokens_S, [1.0, 0.0, 4.0])
+
+
+
+@pytest.mark.slow
+def test_gradient_accumulation_equals_the_full_batch():
+  c = small_run_config()
+  run1 = runconfig.build(c)
+  c.optim.grad_accum_steps = 4
+  run4 = runconfig.build(c)
+  params = init_params(run1.model_config, jax.random.PRNGKey(1))
+  batch = {k: jnp.asarray(v) for k, v in _fixed_batch(np.random.default_rng(1), 8, 32, 257, 16).items()}
+  l1, g1, s1, t1 = step_lib.loss_and_grads(run1.step_config, params, batch)
+  l4, g4, s4, t4 = step_lib.loss_and_grads(run4.step_config, params, batch)
+  np.testing.assert_allclose(l1, l4, rtol=1e-6)
+  np.testing.assert_allclose(s1, s4, rtol=1e-5)
+  np.testing.assert_array_equal(t1, t4)
+  for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g4)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
+
+
+
+@pytest.mark.slow
+def test_non_finite_steps_change_nothing_and_halt_after_the_limit():
+  c = small_run_config()
+  c.train.max_nonfinite_steps = 3
+  run = runconfig.build(c)
+  state = jax.jit(lambda: train.init_state(run, train.run_keys(0)))()
+  # An infinite LayerNorm scale makes the loss NaN: the step must leave params and moments alone.
+  params = jax.tree_util.tree_map_with_path(
+      lambda p, x: jnp.full_like(x, jnp.inf) if "ln_f" in jax.tree_util.keystr(p) else x,
+      state.params)
+  state = state.replace(params=params)
+  batch = {k: jnp.asarray(v) for k, v in _fixed_batch(np.random.default_rng(2), 4, 32, 257, 16).items()}
+  step_fn = jax.jit(lambda s, b: step_lib.train_step(run.step_config, s, b))
+  before = jax.device_get(state)
+  halted = []
+  for _ in range(4):
+    state, m = step_fn(state, batch)
+    assert not bool(m["finite"])
+    halted.append(int(m["halted_at"]))
+  after = jax.device_get(state)
+  for a, b in zip(jax.tree.leaves(before.params) + jax.tree.leaves(before.opt_state),
+                  jax.tree.leaves(after.params) + jax.tree.leaves(after.opt_state)):
+    np.testing.assert_array_equal(a, b)
+  assert int(after.step) == 4
+  assert halted == [-1, -1, 0, 0]   # the third bad step in a row reaches the limit; the streak began at 0
+
+
+
+@pytest.mark.slow
+def test_a_non_finite_update_from_a_finite_gradient_changes_nothing():
+  # An optimizer whose update overflows (a rate of inf): loss and gradient are finite, the new
+  # weights are not. The step is skipped like any non-finite one.
+  import dataclasses
+
+  import optax
+  c = small_run_config()
+  run = runconfig.build(c)
+  cfg = dataclasses.replace(run.step_config, tx=optax.scale(float("inf")))
+  state = jax.jit(lambda: train.init_state(run, train.run_keys(0)))()
+  state = state.replace(opt_state=cfg.tx.init(state.params))
+  batch = {k: jnp.asarray(v) for k, v in _fixed_batch(np.random.default_rng(2), 4, 32, 257, 16).items()}
+  new, m = jax.jit(lambda s, b: step_lib.train_step(cfg, s, b))(state, batch)
+  assert np.isfinite(float(m["loss"])) and np.isfinite(float(m["grad_norm"]))
+  assert not bool(m["finite"]) and int(new.nonfinite_streak) == 1
+  for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(new.params)):
+    np.testing.assert_array_equal(a, b)
+  assert bool(step_lib.all_finite({"a": jnp.ones(3), "b": jnp.zeros((2, 2))}))
+  assert not bool(step_lib.all_finite({"a": jnp.ones(3), "b": jnp.array([0.0, jnp.nan])}))
+
+
+
+def _batch(segment_ids_BxT):
+  B, T = segment_ids_BxT.shape
+  tokens = np.random.default_rng(0).integers(1, 256, size=(B, T + 1)).astype(np.int32)
+  return {"inputs": jnp.asarray(tokens[:, :-1]), "targets": jnp.asarray(tokens[:, 1:]),
+          "segment_ids": jnp.asarray(segment_ids_BxT, jnp.int32),
+          "positions": jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T)),
+          "source_ids": jnp.zeros((B,), jnp.int32)}
+
+
+def test_document_mask_only_matters_where_a_row_holds_several_documents():
+  run = runconfig.build(small_run_config())
+  model = run.step_config.model
+  params = init_params(run.model_config, jax.random.PRNGKey(0))
+  losses = jax.jit(step_lib.token_losses, static_argnums=(0, 3))
+  one_doc = _batch(np.ones((2, 16), np.int32))
+  a, _ = losses(model, params, one_doc, True)
+  b, _ = losses(model, params, one_doc, False)
+  np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)   # one document: the masks are equal
+  two_docs = _batch(np.repeat([[1] * 8 + [2] * 8], 2, axis=0))
+  a, _ = losses(model, params, two_docs, True)
+  b, _ = losses(model, params, two_docs, False)
+  # The first document never sees the second: equal there; the second sees the first without a mask.
+  np.testing.assert_allclose(a[:, :8], b[:, :8], rtol=1e-6, atol=1e-7)
+  assert float(jnp.max(jnp.abs(a[:, 8:] - b[:, 8:]))) > 1e-4
+
+
+def test_document_mask_reaches_the_step_and_is_validated():
+  c = small_run_config()
+  assert runconfig.build(c).step_config.document_mask is True
+  c.train.document_mask = False
+  assert runconfig.build(c).step_config.document_mask is False
+  c = small_run_config()
+  with c.unlocked():     # the config's own type check would refuse 1 already: go around it
+    del c.train["document_mask"]
+    c.train.document_mask = 1
+  with pytest.raises(TypeError, match="train.document_mask must be True or False, got 1"):
+    runconfig.build(c)
