@@ -1,0 +1,45 @@
+"""Word share of samples, and bits per byte from nats per token."""
+
+import math
+
+import pytest
+
+from andrea_jax.data import load_tokenizer, train_bpe
+from andrea_jax.data.bpb import bits_per_byte, tokens_per_byte
+from andrea_jax.data.wordshare import vocabulary, word_share, words
+
+
+def test_words_by_hand():
+  assert words("The cat's __init__(x2) costs 42 3rd naïve thøzhß.") == [
+      "The", "cat", "s", "__init__", "x2", "costs", "naïve", "thøzhß"]
+  assert words("123 4.5 -- !!") == []
+
+
+def test_word_share_on_text_known_by_hand():
+  vocab = vocabulary(["the cat sat on the mat", "def f(x): return x"])
+  assert vocab == {"the", "cat", "sat", "on", "mat", "def", "f", "x", "return"}
+  # 'the dog sat on the mats' has 6 words, 4 of them known (the, sat, on, the): 4/6.
+  assert word_share("the dog sat on the mats", vocab) == pytest.approx(4 / 6)
+  # Pooled over samples, repeats counted: (4 + 2) / (6 + 4); numbers are not words.
+  assert word_share(["the dog sat on the mats", "return 42 x thøzhß tsøzōkvß"], vocab) == \
+      pytest.approx(6 / 10)
+  assert word_share("The Cat", vocab) == 0.0     # case counts
+  assert word_share(["", "42 !!"], vocab) == 0.0   # no word at all
+
+
+def test_bits_per_byte_by_hand():
+  assert bits_per_byte(math.log(2), 1.0) == pytest.approx(1.0)   # 1 bit per byte-token
+  assert bits_per_byte(1.0, 1.0) == pytest.approx(1.4426950408889634)  # 1 / ln 2
+  assert bits_per_byte(2.0, 0.25) == pytest.approx(2.0 * 0.25 / 0.6931471805599453)
+  with pytest.raises(ValueError, match="tokens_per_byte must be > 0"):
+    bits_per_byte(1.0, 0.0)
+
+
+def test_tokens_per_byte(tmp_path):
+  texts = ["héllo wörld", "plain ascii"]   # 13 + 11 bytes
+  assert tokens_per_byte(texts, load_tokenizer("bytes")) == 1.0
+  bpe = train_bpe(["hello world plain ascii " * 50] * 20, 300, tmp_path / "bpe.json")
+  n = sum(len(bpe.encode(t)) for t in texts)
+  assert tokens_per_byte(texts, bpe) == pytest.approx(n / 24) and n < 24
+  with pytest.raises(ValueError, match="no byte"):
+    tokens_per_byte([""], load_tokenizer("bytes"))
