@@ -25,6 +25,7 @@ from andrea_jax.data.corrupt import corrupt_text
 from andrea_jax.data.errors import DataError
 from andrea_jax.data.hashing import hash_key
 from andrea_jax.data.wordshare import words
+from tests.test_data_corrupt import edit_distance
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # An English text, however short, says one of these.
@@ -48,21 +49,6 @@ def built(tmp_path_factory):
               for line in _read(os.path.join(raw, f"{s}.jsonl")).split("\n") if line]
           for s in sc.STDLIB_SOURCES}
   return cache, raw, prepared, docs
-
-
-def _edit_distance(a: str, b: str) -> int:
-  """Levenshtein distance, the textbook dynamic programme, one row (of ``b``) at a time:
-  ``D[i][j] = min(D[i-1][j-1] + [a_i != b_j], D[i-1][j] + 1, D[i][j-1] + 1)``."""
-  b_M = np.array([ord(c) for c in b], np.int64)
-  j_M1 = np.arange(len(b) + 1)
-  prev = j_M1.copy()
-  for i, ca in enumerate(a, 1):
-    best = np.empty_like(prev)
-    best[0] = i
-    best[1:] = np.minimum(prev[:-1] + (b_M != ord(ca)), prev[1:] + 1)
-    # The insertions chain along the row: D[i][j] = min_k (best[k] + j - k).
-    prev = np.minimum.accumulate(best - j_M1) + j_M1
-  return int(prev[-1])
 
 
 def _parses(text):
@@ -222,7 +208,7 @@ def test_noisy_source_is_the_docstrings_training_text_at_the_intended_rate(built
   sample = [n for n in noisy[::10] if 50 <= len(keyed[n]) <= 600]
   chars = sum(len(keyed[n]) for n in sample)
   assert chars >= 30_000   # about 1500 edits: the measured rate is within 3% of its mean
-  rate = sum(_edit_distance(keyed[n], n) for n in sample) / chars
+  rate = sum(edit_distance(keyed[n], n) for n in sample) / chars
   # Each hit is one edit, less the rare replacement by the same character (1 in 95 of a third).
   assert 0.85 * sc.NOISE_RATE <= rate <= 1.05 * sc.NOISE_RATE, rate
 
