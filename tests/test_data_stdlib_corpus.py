@@ -285,6 +285,22 @@ def test_a_library_without_the_files_is_refused(tmp_path):
     sc.stdlib_documents(str(tmp_path))
   with pytest.raises(DataError, match="is not a directory"):
     sc.stdlib_documents(str(tmp_path / "nowhere"))
+  (tmp_path / "pkg").mkdir()
+  (tmp_path / "pkg" / "bad.py").write_text("def (:\n")
+  with pytest.raises(DataError, match="pkg/bad.py: not Python this interpreter parses"):
+    sc.stdlib_documents(str(tmp_path))
+
+
+def test_packages_join_only_when_asked():
+  labels = [label for label, _ in sc.stdlib_inputs(packages=True)]
+  package_labels = [x for x in labels if x.startswith("packages/")]
+  assert not [x for x in labels[:len(labels) - len(package_labels)] if x.startswith("packages/")]
+  assert any(x.startswith("packages/numpy-") and x.endswith("/METADATA") for x in package_labels)
+  assert not any(x.startswith("packages/") for x, _ in sc.stdlib_inputs())
+  metadata = b"Metadata-Version: 2.1\nName: demo\n\n# Demo\n\nA README.\n"
+  docs = sc._package_documents([("packages/demo-1.0/METADATA", metadata),
+                                ("packages/demo-1.0/LICENSE", b"MIT License\n\nPermission ...\n")])
+  assert docs == {"notes": ["# Demo\n\nA README."], "licenses": ["MIT License\n\nPermission ..."]}
 
 
 _DUMP = ("import sys\n"

@@ -38,6 +38,8 @@ import tokenize
 import warnings
 from collections.abc import Sequence
 
+from andrea_jax.data.errors import DataError
+
 KINDS = ("code", "docstrings", "reference", "notes", "licenses")
 SKIP_DIRS = frozenset({"site-packages", "dist-packages", "test", "tests", "idle_test",
                        "__pycache__", "lib-dynload"})
@@ -249,11 +251,12 @@ def reference_documents(data: bytes) -> list[str]:
     ['A', 'B\\n=\\nx']
   """
   for node in ast.parse(data).body:
-    if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "topics"
-                                            for t in node.targets):
+    targets = node.targets if isinstance(node, ast.Assign) else (
+        [node.target] if isinstance(node, ast.AnnAssign) and node.value is not None else [])
+    if any(isinstance(t, ast.Name) and t.id == "topics" for t in targets):
       topics = ast.literal_eval(node.value)
       return [s for key in sorted(topics) for s in split_sections(topics[key])]
-  raise ValueError(f"{REFERENCE_FILE}: no 'topics = {{...}}' assignment")
+  raise DataError(f"{REFERENCE_FILE}: no 'topics = {{...}}' assignment")
 
 
 def text_documents(data: bytes) -> list[str]:
@@ -278,8 +281,8 @@ def library_documents(inputs: Sequence[tuple[str, bytes]]) -> dict[str, list[str
         continue
       try:
         docs = python_documents(data)
-      except SyntaxError as e:
-        raise SyntaxError(f"{relpath}: {e}") from e
+      except (SyntaxError, ValueError) as e:   # ValueError: null bytes, an unknown encoding
+        raise DataError(f"{relpath}: not Python this interpreter parses ({e})") from e
       for k, v in docs.items():
         out[k].extend(v)
     elif kind == "reference":
