@@ -7,7 +7,8 @@
 * :mod:`shards` -- ``PreparedData.open``: memory-mapped shards, every check before training starts.
 * :mod:`corpus` (with :mod:`styles`, :mod:`textgen`) -- the synthetic built-in corpus.
 * :mod:`stdlib_corpus` (with :mod:`stdlib_text`, :mod:`corrupt`) -- the real-text built-in corpus,
-  cut from the Python standard library; :mod:`wordshare` and :mod:`bpb` measure text against it.
+  cut from the Python standard library (``python -m andrea_jax.data.stdlib_corpus`` prints it);
+  :mod:`wordshare` and :mod:`bpb` measure text against it.
 * :mod:`sampler` -- ``allocate``, ``MixtureSampler``, ``eval_batches``;
   :mod:`prefetch` -- ``Prefetcher``.
 * :mod:`config` -- the ``data`` config section and ``open_training_data``.
@@ -23,17 +24,14 @@ from andrea_jax.data.readers import SourceSpec
 from andrea_jax.data.sampler import (MixtureSampler, allocate, eval_batches, pack_rows,
                                      realised_shares)
 from andrea_jax.data.shards import PreparedData
-from andrea_jax.data.stdlib_corpus import (STDLIB_SOURCES, STDLIB_TARGET, ensure_stdlib,
-                                           generate_stdlib, stdlib_documents)
 from andrea_jax.data.styles import NOISE_SOURCE
 from andrea_jax.data.tokenizers import (ByteTokenizer, HFTokenizer, SentencePieceTokenizer,
                                         Tokenizer, load_tokenizer, train_bpe)
 
 __all__ = [
     "ByteTokenizer", "DataError", "HFTokenizer", "MixtureSampler", "NOISE_SOURCE", "Prefetcher",
-    "PrepareResult", "PreparedData", "STDLIB_SOURCES", "STDLIB_TARGET", "SentencePieceTokenizer",
-    "SourceSpec", "Tokenizer", "allocate", "builtin_documents", "data_config", "default_cache_dir",
-    "ensure_builtin", "ensure_stdlib", "eval_batches", "generate_builtin", "generate_stdlib",
-    "load_tokenizer", "open_training_data", "pack_rows", "prepare", "realised_shares",
-    "stdlib_documents", "train_bpe", "validate_data_config",
+    "PrepareResult", "PreparedData", "SentencePieceTokenizer", "SourceSpec", "Tokenizer",
+    "allocate", "builtin_documents", "data_config", "default_cache_dir", "ensure_builtin",
+    "eval_batches", "generate_builtin", "load_tokenizer", "open_training_data", "pack_rows",
+    "prepare", "realised_shares", "train_bpe", "validate_data_config",
 ]
