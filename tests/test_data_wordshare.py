@@ -10,21 +10,26 @@ from andrea_jax.data.wordshare import vocabulary, word_share, words
 
 
 def test_words_by_hand():
-  assert words("The cat's __init__(x2) costs 42 3rd naïve thøzhß.") == [
+  text = "The cat's __init__(x2) costs 42 3rd naïve thøzhß."
+  assert words(text) == ["The", "cat", "__init__", "costs", "naïve", "thøzhß"]
+  assert words(text, min_chars=1) == [
       "The", "cat", "s", "__init__", "x2", "costs", "naïve", "thøzhß"]
-  assert words("123 4.5 -- !!") == []
+  assert words("123 4.5 -- !! of a") == []
 
 
 def test_word_share_on_text_known_by_hand():
   vocab = vocabulary(["the cat sat on the mat", "def f(x): return x"])
-  assert vocab == {"the", "cat", "sat", "on", "mat", "def", "f", "x", "return"}
-  # 'the dog sat on the mats' has 6 words, 4 of them known (the, sat, on, the): 4/6.
-  assert word_share("the dog sat on the mats", vocab) == pytest.approx(4 / 6)
-  # Pooled over samples, repeats counted: (4 + 2) / (6 + 4); numbers are not words.
+  assert vocab == {"the", "cat", "sat", "mat", "def", "return"}
+  # 'the dog sat on the mats' has 5 words of 3+ characters, 3 of them known (the, sat, the).
+  assert word_share("the dog sat on the mats", vocab) == pytest.approx(3 / 5)
+  # Pooled over samples, repeats counted: (3 + 1) / (5 + 3); numbers and 'x' are not words.
   assert word_share(["the dog sat on the mats", "return 42 x thøzhß tsøzōkvß"], vocab) == \
-      pytest.approx(6 / 10)
+      pytest.approx(4 / 8)
+  # With every length: 4 of 6 known (the, sat, on, the).
+  assert word_share("the dog sat on the mats", vocabulary(["the cat sat on the mat"], 1),
+                    min_chars=1) == pytest.approx(4 / 6)
   assert word_share("The Cat", vocab) == 0.0     # case counts
-  assert word_share(["", "42 !!"], vocab) == 0.0   # no word at all
+  assert word_share(["", "42 !! a"], vocab) == 0.0   # no word at all
 
 
 def test_bits_per_byte_by_hand():
