@@ -1,11 +1,13 @@
 """Word share of samples, and bits per byte from nats per token."""
 
+import json
 import math
 
+import numpy as np
 import pytest
 
-from andrea_jax.data import load_tokenizer, train_bpe
-from andrea_jax.data.bpb import bits_per_byte, tokens_per_byte
+from andrea_jax.data import PreparedData, SourceSpec, load_tokenizer, prepare, train_bpe
+from andrea_jax.data.bpb import bits_per_byte, heldout_tokens_per_byte, tokens_per_byte
 from andrea_jax.data.wordshare import vocabulary, word_share, words
 
 
@@ -48,3 +50,29 @@ def test_tokens_per_byte(tmp_path):
   assert tokens_per_byte(texts, bpe) == pytest.approx(n / 24) and n < 24
   with pytest.raises(ValueError, match="no byte"):
     tokens_per_byte([""], load_tokenizer("bytes"))
+
+
+def test_heldout_tokens_per_byte_reads_the_eval_split(tmp_path):
+  # Four documents with eval_fraction 0.5: one of the first two held out, one of the last two.
+  docs = ["héllo wörld, once", "plain ascii text here", "naïve ☃ snowman", "tokens per byte"]
+  (tmp_path / "a.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+  bpe = train_bpe(docs * 30, 290, tmp_path / "bpe.json")
+  spec = {"chat": SourceSpec(paths=(str(tmp_path / "a.jsonl"),), eval_fraction=0.5)}
+  for tok in (load_tokenizer("bytes"), bpe):
+    out = str(tmp_path / f"prep-{tok.name}")
+    prepare(spec, tok, out, progress=False)
+    data = PreparedData.open(out, tokenizer=tok, sources=("chat",))
+    decoded = {tok.decode(x) for x in _eval_docs(data, tok)}
+    held = [d for d in docs if d in decoded]
+    assert len(held) == 2 and len(set(held) & set(docs[:2])) == 1
+    expected = sum(len(tok.encode(d)) for d in held) / sum(len(d.encode()) for d in held)
+    assert heldout_tokens_per_byte(data, "chat", tok) == pytest.approx(expected)
+  assert heldout_tokens_per_byte(data, "chat", bpe) < 1.0
+  with pytest.raises(ValueError, match="is not the one"):
+    heldout_tokens_per_byte(data, "chat", load_tokenizer("bytes"))
+
+
+def _eval_docs(data, tok):
+  ids = np.concatenate([np.asarray(x, np.int64) for x in data.shards("chat", "eval")])
+  return [p[p != tok.eod_id] for p in np.split(ids, np.flatnonzero(ids == tok.eod_id))
+          if (p != tok.eod_id).any()]

@@ -105,7 +105,8 @@ def stdlib_inputs(stdlib_dir: str | None = None, *,
     parts = [] if rel == "." else rel.split(os.sep)
     dirs[:] = [d for d in dirs if d not in stdlib_text.SKIP_DIRS and not d.startswith("config-")]
     labels.extend(label for f in files
-                  if stdlib_text.kind_of(label := "/".join(parts + [f])) is not None)
+                  if stdlib_text.kind_of(label := "/".join(parts + [f])) is not None
+                  and os.path.isfile(os.path.join(folder, f)))   # not a broken link
   inputs = []
   for label in sorted(labels):
     with open(os.path.join(root, *label.split("/")), "rb") as f:
