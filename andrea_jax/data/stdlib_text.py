@@ -51,8 +51,8 @@ LICENSE_RE = re.compile(r"copyright|all rights reserved|licensed to|permission (
 MIN_LICENSE_CHARS = 200   # ... and is this long: a one-line "Copyright 2007 X" stays in the code
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _NOTE_NAME = re.compile(r"(?i)^(readme.*|.*\.rst|.*\.txt)$")
-# A heading's underline: one punctuation character repeated, alone on its line.
 _CODING = re.compile(rb"^[ \t\f]*#.*?coding[:=]")   # PEP 263
+# A heading's underline: one punctuation character repeated, alone on its line.
 _UNDERLINE = re.compile(r"^([=\-*~^\"#+])\1{2,}[ \t]*$")
 
 
@@ -163,7 +163,7 @@ def python_documents(data: bytes) -> dict[str, list[str]]:
   """The code, docstring and license documents of one module's source bytes (see the module
   docstring); ``{"code": [...], "docstrings": [...], "licenses": [...]}``.
 
-  Raises ``SyntaxError`` when the source does not parse.
+  Raises ``SyntaxError`` (or ``ValueError``: a null byte) when the source does not parse.
 
   Example:
     >>> python_documents(b"'Doc.'\\nimport os\\n\\ndef f():\\n  'F.'\\n  return 1\\n")
