@@ -6,6 +6,9 @@
   token shards and ``manifest.json``; command line ``python -m andrea_jax.data.prepare``.
 * :mod:`shards` -- ``PreparedData.open``: memory-mapped shards, every check before training starts.
 * :mod:`corpus` (with :mod:`styles`, :mod:`textgen`) -- the synthetic built-in corpus.
+* :mod:`stdlib_corpus` (with :mod:`stdlib_text`, :mod:`corrupt`) -- the real-text built-in corpus,
+  cut from the Python standard library (``python -m andrea_jax.data.stdlib_corpus`` prints it);
+  :mod:`wordshare` and :mod:`bpb` measure text against it.
 * :mod:`sampler` -- ``allocate``, ``MixtureSampler``, ``eval_batches``;
   :mod:`prefetch` -- ``Prefetcher``.
 * :mod:`config` -- the ``data`` config section and ``open_training_data``.
