@@ -299,6 +299,10 @@ def _compiled(source: str):
     from jinja2.sandbox import ImmutableSandboxedEnvironment
   except ImportError as e:
     raise ImportError("Jinja chat templates need jinja2: pip install 'andrea_jax[hub]'") from e
+  if tuple(int(x) for x in re.findall(r"\d+", jinja2.__version__)[:3]) < (3, 1, 6):
+    # Older versions have known sandbox escapes; a chat template from the Hub is untrusted code.
+    raise ImportError(f"Jinja chat templates need jinja2 >= 3.1.6, found {jinja2.__version__}: "
+                      "pip install 'andrea_jax[hub]'")
 
   class Generation(Extension):
     """``{% generation %}...{% endgeneration %}`` marks assistant text for masks: rendered as is."""
