@@ -158,7 +158,8 @@ def test_jinja_template_from_a_tokenizer_configuration(tmp_path):
   assert int((ids == tok.eod_id).sum()) == 1
   for marker in markers:
     assert int((ids == int(tok.encode(marker)[0])).sum()) == want.count(marker)
-  assert m["sources"]["chat"]["inputs"]["template"]["name"].startswith("jinja:")
+  assert m["sources"]["chat"]["inputs"]["template"]["kind"] == "jinja"
+  assert m["sources"]["chat"]["inputs"]["read"]["template"].endswith("tokenizer_config.json")
 
 
 def test_chatml_markers_must_be_single_ids_of_the_tokenizer(tmp_path):
@@ -361,3 +362,13 @@ def test_missing_datasets_library_says_how_to_install(monkeypatch):
   monkeypatch.setitem(sys.modules, "datasets", None)
   with pytest.raises(ImportError, match=r"pip install 'andrea_jax\[hub\]'"):
     hub.require_datasets()
+
+
+def test_andrea_sources_cover_the_seed_sources_once_with_valid_specs():
+  from andrea_jax.data.andrea_sources import HUB_SOURCES, UNVERIFIED
+  from andrea_jax.sources import SEED_SOURCES
+  assert not set(HUB_SOURCES) & set(UNVERIFIED)
+  assert set(HUB_SOURCES) | set(UNVERIFIED) == set(SEED_SOURCES)
+  for name, source in HUB_SOURCES.items():
+    hub.check_hub_spec(name, source.spec)
+    assert source.evidence and all(u.startswith("https://huggingface.co/") for u in source.evidence)

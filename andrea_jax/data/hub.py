@@ -225,13 +225,14 @@ def input_record(source: str, spec: HubSpec, template: chat.ChatTemplate | None,
           "dataset": {"kind": kind, "name": name, "subset": spec.subset, "split": spec.split,
                       "revision": revision, "fingerprint": fingerprint},
           "options": options,
-          "template": (None if template is None
-                       else {"name": template.name, "sha256": template.fingerprint}),
+          "template": (None if template is None else {"kind": template.name.split(":")[0],
+                                                       "sha256": template.fingerprint}),
           "filter": filt, "max_tokens": int(spec.max_tokens),
           "eval_fraction": float(spec.eval_fraction), "shard_tokens": int(shard_tokens),
           "files": [{"path": f, "bytes": os.path.getsize(f), "sha256": hashing.sha256_file(f)}
                     for f in files],
-          "read": {"dataset": spec.dataset, "streaming": spec.streaming}}
+          "read": {"dataset": spec.dataset, "streaming": spec.streaming,
+                   "template": None if template is None else template.name}}
 
 
 def _open(source: str, spec: HubSpec, revision: str | None):
