@@ -32,7 +32,7 @@ from andrea_jax.data.tokenizers import (ByteTokenizer, HFTokenizer, SentencePiec
 __all__ = [
     "ByteTokenizer", "DataError", "HFTokenizer", "HubSpec", "MixtureSampler", "NOISE_SOURCE",
     "Prefetcher", "PrepareResult", "PreparedData", "SentencePieceTokenizer", "SourceSpec",
-    "Tokenizer", "allocate", "builtin_documents", "data_config", "default_cache_dir", "ensure_builtin",
-    "eval_batches", "generate_builtin", "load_tokenizer", "open_training_data", "pack_rows",
-    "prepare", "realised_shares", "train_bpe", "validate_data_config",
+    "Tokenizer", "allocate", "builtin_documents", "data_config", "default_cache_dir",
+    "ensure_builtin", "eval_batches", "generate_builtin", "load_tokenizer", "open_training_data",
+    "pack_rows", "prepare", "realised_shares", "train_bpe", "validate_data_config",
 ]
