@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from andrea_jax.data import DataError, chat, train_bpe
+from andrea_jax.data import chat_templates as ct
 
 CHATML_JINJA = (  # the ChatML template of many tokenizer configurations (e.g. Hermes 3, SmolLM2)
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] "
@@ -87,10 +88,10 @@ def test_tree_errors_name_the_node():
 
 def test_builtin_templates_by_hand():
   msgs = chat.normalize_messages(CONVERSATION)
-  assert chat.render_chat(chat.CHATML, msgs) == (
+  assert ct.render_chat(ct.CHATML, msgs) == (
       "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi  there\n<|im_end|>\n"
       "<|im_start|>assistant\nHello! {{ not jinja }} <b>x</b> \"q\"<|im_end|>\n")
-  assert chat.render_chat(chat.PLAIN, msgs) == (
+  assert ct.render_chat(ct.PLAIN, msgs) == (
       "System: Be brief.\n\nUser: Hi  there\n\n\nAssistant: Hello! {{ not jinja }} <b>x</b> \"q\"")
 
 
@@ -110,23 +111,23 @@ def _hf_tokenizer_dir(tmp_path, template, **special):
 def test_jinja_template_renders_as_transformers_apply_chat_template(tmp_path, template, special):
   transformers = pytest.importorskip("transformers")
   directory = _hf_tokenizer_dir(tmp_path, template, **special)
-  tmpl = chat.load_chat_template(str(directory / "tokenizer_config.json"))
+  tmpl = ct.load_chat_template(str(directory / "tokenizer_config.json"))
   assert tmpl.name.startswith("jinja:")
   reference = transformers.AutoTokenizer.from_pretrained(str(directory))
   for messages in (CONVERSATION[1:], [CONVERSATION[1], CONVERSATION[2]] * 3):
     want = reference.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
-    assert chat.render_chat(tmpl, chat.normalize_messages(messages)) == want
+    assert ct.render_chat(tmpl, chat.normalize_messages(messages)) == want
   # The built-in ChatML is the same text as the Jinja ChatML template.
   if template == CHATML_JINJA:
-    assert chat.render_chat(chat.CHATML, CONVERSATION) == reference.apply_chat_template(
+    assert ct.render_chat(ct.CHATML, CONVERSATION) == reference.apply_chat_template(
         CONVERSATION, tokenize=False)
 
 
 def test_jinja_raise_exception_is_a_conversation_error(tmp_path):
   directory = _hf_tokenizer_dir(tmp_path, ALTERNATING_JINJA, bos_token="<s>", eos_token="</s>")
-  tmpl = chat.load_chat_template(str(directory))
+  tmpl = ct.load_chat_template(str(directory))
   with pytest.raises(chat.ConversationError, match="roles must alternate"):
-    chat.render_chat(tmpl, [{"role": "assistant", "content": "first"}])
+    ct.render_chat(tmpl, [{"role": "assistant", "content": "first"}])
 
 
 def test_named_templates_and_markers_from_the_configuration(tmp_path):
@@ -138,29 +139,29 @@ def test_named_templates_and_markers_from_the_configuration(tmp_path):
                                                 "<|unused|>", "\n"])}}
   path = tmp_path / "tokenizer_config.json"
   path.write_text(json.dumps(config))
-  default = chat.load_chat_template(str(path))
+  default = ct.load_chat_template(str(path))
   # The added tokens the template writes, and eos_token (named in it); not <|unused|> nor "\n".
   assert default.markers == ("</s>", "<|assistant|>", "<|system|>", "<|user|>")
   assert default.tokens == (("eos_token", "</s>"),)
-  tool = chat.load_chat_template(f"{path}::tool_use")
+  tool = ct.load_chat_template(f"{path}::tool_use")
   assert tool.source == CHATML_JINJA and tool.fingerprint != default.fingerprint
   with pytest.raises(DataError, match=r"no chat template named 'nope' \(has \['default', "):
-    chat.load_chat_template(f"{path}::nope")
+    ct.load_chat_template(f"{path}::nope")
   with pytest.raises(DataError, match="neither 'chatml', 'plain'"):
-    chat.load_chat_template(str(tmp_path / "missing.json"))
+    ct.load_chat_template(str(tmp_path / "missing.json"))
 
 
 def test_markers_become_single_ids_of_a_bpe_tokenizer(tmp_path):
   bpe = train_bpe(["hello world, how are you? " * 20], 320, tmp_path / "bpe.json")
   with pytest.raises(DataError, match=r"splits the chat marker '<\|im_start\|>' .* into \d+ "
                      r"ids.*add_chat_tokens"):
-    chat.check_chat_tokens(bpe, chat.CHATML)
-  tok = chat.add_chat_tokens(tmp_path / "bpe.json", chat.CHATML_MARKERS, tmp_path / "chat.json")
-  chat.check_chat_tokens(tok, chat.CHATML)
+    ct.check_chat_tokens(bpe, ct.CHATML)
+  tok = ct.add_chat_tokens(tmp_path / "bpe.json", ct.CHATML_MARKERS, tmp_path / "chat.json")
+  ct.check_chat_tokens(tok, ct.CHATML)
   assert tok.vocab_size == bpe.vocab_size + 2
-  start, end = (int(tok.encode(m)[0]) for m in chat.CHATML_MARKERS)
+  start, end = (int(tok.encode(m)[0]) for m in ct.CHATML_MARKERS)
   assert {start, end} == {bpe.vocab_size, bpe.vocab_size + 1}
-  text = chat.render_chat(chat.CHATML, chat.normalize_messages(CONVERSATION))
+  text = ct.render_chat(ct.CHATML, chat.normalize_messages(CONVERSATION))
   ids = tok.encode(text)
   assert int((ids == start).sum()) == text.count("<|im_start|>") == 3
   assert int((ids == end).sum()) == text.count("<|im_end|>") == 3
@@ -168,6 +169,6 @@ def test_markers_become_single_ids_of_a_bpe_tokenizer(tmp_path):
   # The end-of-document token is left special: text spelling it is still never the boundary id.
   assert tok.eod_id not in tok.encode("a<|endoftext|>b").tolist()
   # A marker already in the vocabulary keeps its id (made non-special).
-  again = chat.add_chat_tokens(tmp_path / "chat.json", chat.CHATML_MARKERS, tmp_path / "again.json")
+  again = ct.add_chat_tokens(tmp_path / "chat.json", ct.CHATML_MARKERS, tmp_path / "again.json")
   assert again.vocab_size == tok.vocab_size and int(again.encode("<|im_end|>")[0]) == end
   assert np.array_equal(again.encode(text), ids)

@@ -6,7 +6,8 @@ import os
 import numpy as np
 import pytest
 
-from andrea_jax.data import DataError, chat, hub, load_tokenizer, prepare, train_bpe
+from andrea_jax.data import DataError, hub, load_tokenizer, prepare, train_bpe
+from andrea_jax.data import chat_templates as ct
 from andrea_jax.data.hub import HubSpec
 from andrea_jax.data.manifest import read_manifest
 
@@ -135,7 +136,7 @@ def test_jinja_template_from_a_tokenizer_configuration(tmp_path):
   bpe_dir.mkdir()
   train_bpe(["the cat sat on the mat " * 30], 300, bpe_dir / "base.json")
   markers = ["<|user|>", "<|assistant|>", "<s>"]
-  tok = chat.add_chat_tokens(bpe_dir / "base.json", markers, bpe_dir / "tokenizer.json")
+  tok = ct.add_chat_tokens(bpe_dir / "base.json", markers, bpe_dir / "tokenizer.json")
   config = {"tokenizer_class": "PreTrainedTokenizerFast", "chat_template": template,
             "bos_token": "<s>", "eos_token": "<|endoftext|>",
             "added_tokens_decoder": {str(int(tok.encode(m)[0])): {"content": m, "special": False}
@@ -168,7 +169,7 @@ def test_chatml_markers_must_be_single_ids_of_the_tokenizer(tmp_path):
                  layout="messages")
   with pytest.raises(DataError, match=r"splits the chat marker '<\|im_start\|>'"):
     _prepare({"chat": spec}, tmp_path / "out", tok=load_tokenizer(tmp_path / "bpe.json"))
-  tok = chat.add_chat_tokens(tmp_path / "bpe.json", chat.CHATML_MARKERS, tmp_path / "chat.json")
+  tok = ct.add_chat_tokens(tmp_path / "bpe.json", ct.CHATML_MARKERS, tmp_path / "chat.json")
   _prepare({"chat": spec._replace(eval_fraction=0.0)}, tmp_path / "out", tok=tok)
   assert _docs(tmp_path / "out", "chat", tok=tok) == [
       "<|im_start|>user\nhello<|im_end|>\n"]

@@ -4,9 +4,9 @@
   ``train_bpe``.
 * :mod:`readers`, :mod:`prepare_lib`, :mod:`manifest` -- local files (JSONL, text, Parquet) to
   token shards and ``manifest.json``; command line ``python -m andrea_jax.data.prepare``.
-* :mod:`hub` (with :mod:`chat`, :mod:`hfhub`) -- Hugging Face datasets as sources (``HubSpec``),
-  conversations rendered with chat templates; :mod:`andrea_sources` -- public datasets for
-  ANDREA-120M's named sources.
+* :mod:`hub` (with :mod:`chat`, :mod:`chat_templates`, :mod:`hfhub`) -- Hugging Face datasets
+  as sources (``HubSpec``), conversations rendered with chat templates; :mod:`andrea_sources` --
+  public datasets for ANDREA-120M's named sources.
 * :mod:`shards` -- ``PreparedData.open``: memory-mapped shards, every check before training starts.
 * :mod:`corpus` (with :mod:`styles`, :mod:`textgen`) -- the synthetic built-in corpus.
 * :mod:`sampler` -- ``allocate``, ``MixtureSampler``, ``eval_batches``;

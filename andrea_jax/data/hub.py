@@ -13,7 +13,7 @@ manifest as local files. The dataset is read through the ``datasets`` library (t
   ``"text"``, ``"arrow"``; ``""`` infers it from the first file's extension) reading those files.
 * ``layout``: ``"text"`` (the document is the string ``text_field``), ``"messages"`` (a list of
   messages in ``messages_field``, with an optional system prompt in ``system_field``, rendered with
-  ``template``; see :mod:`andrea_jax.data.chat`), or ``"tree"`` (one row per message of
+  ``template``; see :mod:`andrea_jax.data.chat_templates`), or ``"tree"`` (one row per message of
   OpenAssistant-style trees: every root-to-leaf thread is a document; the split is read whole
   before its first thread, and a thread is kept when all its messages pass the filter).
 * ``filter_field`` / ``filter_value``: keep the rows whose field equals the value (or one of a
@@ -42,6 +42,7 @@ from typing import Any, NamedTuple
 import tqdm
 
 from andrea_jax.data import chat, hashing, hfhub
+from andrea_jax.data.chat_templates import ChatTemplate, render_chat
 from andrea_jax.data.errors import DataError
 
 LAYOUTS = ("text", "messages", "tree")
@@ -187,7 +188,7 @@ def _builder(source: str, spec: HubSpec, files: Sequence[str]) -> str:
   return _EXTENSIONS[ext]
 
 
-def input_record(source: str, spec: HubSpec, template: chat.ChatTemplate | None,
+def input_record(source: str, spec: HubSpec, template: ChatTemplate | None,
                  shard_tokens: int, reader_version: int) -> dict[str, Any]:
   """What a prepared source depends on, for the manifest (``read`` holds what it does not)."""
   files = _files(source, spec)
@@ -281,7 +282,7 @@ def _keep(value: Any, spec: HubSpec) -> bool:
   return value == spec.filter_value
 
 
-def documents(source: str, spec: HubSpec, template: chat.ChatTemplate | None, *,
+def documents(source: str, spec: HubSpec, template: ChatTemplate | None, *,
               revision: str | None = None, progress: bool = True) -> Iterator[list[str]]:
   """The documents of a source, in dataset order, in lists of at most :data:`BATCH_ROWS`.
 
@@ -331,7 +332,7 @@ def _column(batch: dict[str, list], field: str, n: int) -> list:
 
 
 def _batch_documents(first: int, batch: dict[str, list], spec: HubSpec,
-                     template: chat.ChatTemplate | None, where) -> list[str]:
+                     template: ChatTemplate | None, where) -> list[str]:
   n = len(next(iter(batch.values()))) if batch else 0
   keep = ([_keep(v, spec) for v in _column(batch, spec.filter_field, n)] if spec.filter_field
           else [True] * n)
@@ -355,14 +356,13 @@ def _batch_documents(first: int, batch: dict[str, list], spec: HubSpec,
     if messages is None:
       raise DataError(f"{where(first + j)}: missing field {spec.messages_field!r}")
     try:
-      docs.append(chat.render_chat(template, chat.normalize_messages(messages,
-                                                                     system=systems[j])))
+      docs.append(render_chat(template, chat.normalize_messages(messages, system=systems[j])))
     except chat.ConversationError as e:
       raise DataError(f"{where(first + j)}: {e}") from None
   return docs
 
 
-def _tree_documents(batches, spec: HubSpec, template: chat.ChatTemplate | None,
+def _tree_documents(batches, spec: HubSpec, template: ChatTemplate | None,
                     where) -> Iterator[list[str]]:
   nodes: list[chat.TreeNode] = []
   row_of: list[int] = []
@@ -388,7 +388,7 @@ def _tree_documents(batches, spec: HubSpec, template: chat.ChatTemplate | None,
       continue
     messages = [{"role": nodes[i].role, "content": nodes[i].text} for i in path]
     try:
-      docs.append(chat.render_chat(template, messages))
+      docs.append(render_chat(template, messages))
     except chat.ConversationError as e:
       raise DataError(f"{where(row_of[path[-1]])} (the thread ending there): {e}") from None
     if len(docs) == BATCH_ROWS:

@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import tqdm
 
-from andrea_jax.data import chat, hashing, hub, readers
+from andrea_jax.data import chat_templates, hashing, hub, readers
 from andrea_jax.data import manifest as mf
 from andrea_jax.data.errors import DataError
 from andrea_jax.data.tokenizers import Tokenizer, load_tokenizer
@@ -221,7 +221,7 @@ class _Todo(NamedTuple):
   spec: readers.SourceSpec | hub.HubSpec
   inputs: dict[str, Any]
   units: list[readers.WorkUnit]
-  template: chat.ChatTemplate | None = None
+  template: chat_templates.ChatTemplate | None = None
 
 
 def _file_batches(todo: _Todo, results, progress: bool):
@@ -359,8 +359,8 @@ def _prepare_locked(sources: Mapping[str, readers.SourceSpec | hub.HubSpec],
       if isinstance(spec, hub.HubSpec):
         hub.require_datasets()
         if spec.layout != "text":
-          template = chat.load_chat_template(spec.template)
-          chat.check_chat_tokens(tokenizer, template)
+          template = chat_templates.load_chat_template(spec.template)
+          chat_templates.check_chat_tokens(tokenizer, template)
         inputs = hub.input_record(name, spec, template, shard_tokens, READER_VERSION)
       else:
         files = readers.resolve_files(name, spec)
