@@ -1,6 +1,11 @@
 """Data pipeline throughput: the mixture sampler on one CPU core, ``prepare`` with bytes and BPE,
 and the standard-library corpus built cold and found in its cache.
 
+It also times ``prepare`` of the same Parquet rows through the ``datasets`` library (a
+:class:`~andrea_jax.data.hub.HubSpec` over the file, loaded into a fresh ``datasets`` cache, then
+streamed) against the direct Parquet reader, as a ratio measured in the same run; the shards must
+come out identical.
+
   .venv/bin/python bench/data.py            # built-in corpus at scale 1 (~16 MB of text)
   .venv/bin/python bench/data.py --quick    # scale 0.25, fewer batches
 
@@ -50,6 +55,58 @@ def _time(fn, repeat: int) -> float:
   return best
 
 
+def _hub_rows(tmp: str, scale: float, tok) -> list[tuple[str, str, str, str]]:
+  """``prepare`` of one Parquet file: the direct reader against ``datasets`` (loaded, streamed)."""
+  try:
+    import datasets
+  except ImportError:
+    return [("prepare through datasets", "-", "", "skipped: pip install 'andrea_jax[hub]'")]
+  import pyarrow as pa
+  import pyarrow.parquet as pq
+
+  from andrea_jax.data import SourceSpec
+  from andrea_jax.data.hub import HubSpec
+
+  docs = [d for s in SOURCES for d in builtin_documents(s, scale)]
+  path = os.path.join(tmp, "rows.parquet")
+  pq.write_table(pa.table({"text": docs}), path)
+  mb = os.path.getsize(path) / 1e6
+  datasets.disable_progress_bars()
+  datasets.config.HF_DATASETS_CACHE = os.path.join(tmp, "hf_datasets_cache")
+  # The first streaming load imports what streaming needs (torch too, when installed): a one-time
+  # cost per process, timed apart on a one-row file so that the rows below compare reading alone.
+  tiny = os.path.join(tmp, "tiny.parquet")
+  pq.write_table(pa.table({"text": ["x"]}), tiny)
+  start = time.perf_counter()
+  for streaming in (True, False):
+    datasets.load_dataset("parquet", data_files={"train": [tiny]}, split="train",
+                          streaming=streaming)
+  warmup = [("datasets, first load_dataset of a process", f"{time.perf_counter() - start:8.2f}",
+             "s", "one-time imports (torch when installed), one-row file")]
+  specs = (("direct Parquet reader", SourceSpec(paths=(path,), format="parquet")),
+           ("datasets, load_dataset", HubSpec("parquet", data_files=(path,))),
+           ("datasets, streaming", HubSpec("parquet", data_files=(path,), streaming=True)))
+  # Best of three rounds, the three ways taking turns in each; every run starts from nothing (a
+  # fresh output directory, and a fresh datasets cache, so load_dataset's Arrow conversion counts).
+  seconds, shards = [float("inf")] * len(specs), [None] * len(specs)
+  for r in range(3):
+    for i, (_, spec) in enumerate(specs):
+      out = os.path.join(tmp, f"hub-{r}-{i}")
+      datasets.config.HF_DATASETS_CACHE = os.path.join(tmp, f"hf_datasets_cache-{r}-{i}")
+      start = time.perf_counter()
+      prepare({"chat": spec}, tok, out, workers=1, progress=False)
+      seconds[i] = min(seconds[i], time.perf_counter() - start)
+      shards[i] = {n: open(os.path.join(out, n), "rb").read() for n in sorted(os.listdir(out))
+                   if n.endswith(".bin")}
+  same = "identical shards" if shards[1] == shards[0] == shards[2] else "SHARDS DIFFER"
+  rows = warmup + [(f"prepare {label}, bytes, 1 process", f"{mb / sec:8.1f}", "MB/s",
+           f"{len(docs)} rows, {mb:.1f} MB Parquet, best of 3: {sec:.2f} s") for (label, _), sec in
+          zip(specs, seconds)]
+  for (label, _), sec in zip(specs[1:], seconds[1:]):
+    rows.append((f"  time ratio {label} / direct", f"{sec / seconds[0]:8.2f}", "x", same))
+  return rows
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--quick", action="store_true", help="smaller corpus and fewer batches")
@@ -89,6 +146,8 @@ def main() -> None:
       sec = time.perf_counter() - start
       rows.append((f"prepare, {name}, {workers} worker(s)", f"{mb / sec:8.1f}", "MB/s",
                    f"{sec:.2f} s incl. hashing and writing"))
+
+    rows += _hub_rows(tmp, scale, byte_tok)
 
     data = PreparedData.open(os.path.join(tmp, f"prepared-{byte_tok.fingerprint[:8]}-1"),
                              tokenizer=byte_tok)

@@ -4,6 +4,9 @@
   ``train_bpe``.
 * :mod:`readers`, :mod:`prepare_lib`, :mod:`manifest` -- local files (JSONL, text, Parquet) to
   token shards and ``manifest.json``; command line ``python -m andrea_jax.data.prepare``.
+* :mod:`hub` (with :mod:`chat`, :mod:`chat_templates`, :mod:`hfhub`) -- Hugging Face datasets
+  as sources (``HubSpec``), conversations rendered with chat templates; :mod:`andrea_sources` --
+  public datasets for ANDREA-120M's named sources.
 * :mod:`shards` -- ``PreparedData.open``: memory-mapped shards, every check before training starts.
 * :mod:`corpus` (with :mod:`styles`, :mod:`textgen`) -- the synthetic built-in corpus.
 * :mod:`stdlib_corpus` (with :mod:`stdlib_text`, :mod:`corrupt`) -- the real-text built-in corpus,
@@ -18,6 +21,7 @@ from andrea_jax.data.config import (data_config, default_cache_dir, open_trainin
                                     validate_data_config)
 from andrea_jax.data.corpus import builtin_documents, ensure_builtin, generate_builtin
 from andrea_jax.data.errors import DataError
+from andrea_jax.data.hub import HubSpec
 from andrea_jax.data.prefetch import Prefetcher
 from andrea_jax.data.prepare_lib import PrepareResult, prepare
 from andrea_jax.data.readers import SourceSpec
@@ -29,9 +33,9 @@ from andrea_jax.data.tokenizers import (ByteTokenizer, HFTokenizer, SentencePiec
                                         Tokenizer, load_tokenizer, train_bpe)
 
 __all__ = [
-    "ByteTokenizer", "DataError", "HFTokenizer", "MixtureSampler", "NOISE_SOURCE", "Prefetcher",
-    "PrepareResult", "PreparedData", "SentencePieceTokenizer", "SourceSpec", "Tokenizer",
-    "allocate", "builtin_documents", "data_config", "default_cache_dir", "ensure_builtin",
-    "eval_batches", "generate_builtin", "load_tokenizer", "open_training_data", "pack_rows",
-    "prepare", "realised_shares", "train_bpe", "validate_data_config",
+    "ByteTokenizer", "DataError", "HFTokenizer", "HubSpec", "MixtureSampler", "NOISE_SOURCE",
+    "Prefetcher", "PrepareResult", "PreparedData", "SentencePieceTokenizer", "SourceSpec",
+    "Tokenizer", "allocate", "builtin_documents", "data_config", "default_cache_dir",
+    "ensure_builtin", "eval_batches", "generate_builtin", "load_tokenizer", "open_training_data",
+    "pack_rows", "prepare", "realised_shares", "train_bpe", "validate_data_config",
 ]

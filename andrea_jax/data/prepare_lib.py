@@ -1,4 +1,7 @@
-"""Tokenize each source's local files into token shards and a manifest (see :mod:`manifest`).
+"""Tokenize each source into token shards and a manifest (see :mod:`manifest`).
+
+A source is local files (:class:`~andrea_jax.data.readers.SourceSpec`) or a Hugging Face dataset
+(:class:`~andrea_jax.data.hub.HubSpec`, read through the ``datasets`` library in this process).
 
 The command line is :mod:`andrea_jax.data.prepare`. What :func:`prepare` guarantees:
 
@@ -11,7 +14,9 @@ The command line is :mod:`andrea_jax.data.prepare`. What :func:`prepare` guarant
 * the output is a pure function of the input files, the options and the tokenizer (same input, same
   bytes), whatever the number of workers;
 * a source whose manifest entry matches its inputs (sizes and SHA-256 of every file, options,
-  tokenizer) and its shards (present, with the recorded sizes) is finished and is not redone. Shard
+  tokenizer; for a dataset also its name, revision and fingerprint) and its shards (present, with
+  the recorded sizes) is finished and is not redone; an interrupted source is not listed in the
+  manifest, so it is redone alone on the next run. Shard
   contents are checked against their SHA-256 when the data is opened
   (:class:`andrea_jax.data.shards.PreparedData`).
 """
@@ -24,15 +29,14 @@ import contextlib
 import functools
 import multiprocessing
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 import tqdm
 
-from andrea_jax.data import hashing
+from andrea_jax.data import chat_templates, hashing, hub, readers
 from andrea_jax.data import manifest as mf
-from andrea_jax.data import readers
 from andrea_jax.data.errors import DataError
 from andrea_jax.data.tokenizers import Tokenizer, load_tokenizer
 from andrea_jax.sources import SOURCES, source_index
@@ -84,7 +88,15 @@ def _tokenize_unit(tokenizer: Tokenizer | tuple[str, str], dtype: str,
   """Reads and tokenizes one work unit: ``(tokens [N] dtype, doc_lengths [D] int64)``, each
   document as ``[eod] + ids``. Workers get ``(spec, fingerprint)`` and load the tokenizer once."""
   tok = _cached_tokenizer(*tokenizer) if isinstance(tokenizer, tuple) else tokenizer
-  docs = readers.read_unit(unit)
+  at = f"row group {unit.start}" if unit.format == "parquet" else f"bytes {unit.start}.."
+  return _tokenize_docs(tok, dtype, readers.read_unit(unit),
+                        lambda k: f"{unit.path} ({at}, document {k + 1} there)")
+
+
+def _tokenize_docs(tok: Tokenizer, dtype: str, docs: list[str],
+                   where: Callable[[int], str]) -> tuple[np.ndarray, np.ndarray]:
+  """``(tokens [N] dtype, doc_lengths [D] int64)`` of documents, each as ``[eod] + ids``;
+  ``where(k)`` names document ``k`` in errors."""
   encoded = tok.encode_batch(docs) if docs else []
   eod_1 = np.array([tok.eod_id], np.int64)
   lengths_D = np.array([len(ids) + 1 for ids in encoded], np.int64)
@@ -92,12 +104,13 @@ def _tokenize_unit(tokenizer: Tokenizer | tuple[str, str], dtype: str,
     return np.zeros(0, dtype), lengths_D
   for k, ids in enumerate(encoded):
     if (ids == tok.eod_id).any():   # it would split the document: a boundary the text never had
-      where = f"row group {unit.start}" if unit.format == "parquet" else f"bytes {unit.start}.."
-      raise DataError(f"{unit.path} ({where}, document {k + 1} there): tokenizer {tok.name} "
-                      f"encoded text as the end-of-document id {tok.eod_id}")
+      raise DataError(f"{where(k)}: tokenizer {tok.name} encoded text as the end-of-document "
+                      f"id {tok.eod_id}")
   tokens_N = np.concatenate([part for ids in encoded for part in (eod_1, ids)])
   if tokens_N.min() < 0 or tokens_N.max() >= tok.vocab_size:
-    raise DataError(f"{unit.path}: tokenizer {tok.name} produced id {tokens_N.max()} outside "
+    k = int(np.searchsorted(np.cumsum(lengths_D), np.argmax(
+        (tokens_N < 0) | (tokens_N >= tok.vocab_size)), side="right"))
+    raise DataError(f"{where(k)}: tokenizer {tok.name} produced id {tokens_N.max()} outside "
                     f"[0, {tok.vocab_size})")
   return tokens_N.astype(dtype), lengths_D
 
@@ -125,8 +138,10 @@ def _input_record(spec: readers.SourceSpec, files: list[str], shard_tokens: int,
 
 
 def _content(inputs: dict[str, Any]) -> dict[str, Any]:
-  """The part of an input record that decides the output (file paths may move)."""
-  return {**inputs, "files": [(f["bytes"], f["sha256"]) for f in inputs["files"]]}
+  """The part of an input record that decides the output (file paths may move; ``read`` holds
+  how a dataset was read, which does not change the documents)."""
+  return {**{k: v for k, v in inputs.items() if k != "read"},
+          "files": [(f["bytes"], f["sha256"]) for f in inputs["files"]]}
 
 
 def _is_finished(out_dir: str, entry: dict[str, Any] | None, inputs: dict[str, Any],
@@ -200,33 +215,65 @@ def _results(call, units: list[readers.WorkUnit], pool: concurrent.futures.Execu
 
 
 class _Todo(NamedTuple):
-  """A source to tokenize: its spec, input record and work units (in document order)."""
+  """A source to tokenize: its spec, input record and work units (in document order; none for a
+  dataset, which is read in this process), and a dataset's chat template."""
   name: str
-  spec: readers.SourceSpec
+  spec: readers.SourceSpec | hub.HubSpec
   inputs: dict[str, Any]
   units: list[readers.WorkUnit]
+  template: chat_templates.ChatTemplate | None = None
 
 
-def _write_source(todo: _Todo, results, tok: Tokenizer, out_dir: str, dtype: np.dtype,
-                  shard_tokens: int, progress: bool) -> dict[str, Any]:
-  """Consumes the tokenized units of one source from ``results`` (in order) into its shards;
-  returns its manifest entry."""
-  writers = {s: mf.ShardWriter(out_dir, todo.name, s, dtype, shard_tokens) for s in mf.SPLITS}
-  docs = {s: 0 for s in mf.SPLITS}
+def _file_batches(todo: _Todo, results, progress: bool):
+  """The tokenized units of one file source, taken from ``results`` in order, with a bar."""
   weights = _unit_weights(todo.units)
-  first_doc = 0
   with tqdm.tqdm(total=sum(weights), unit="B", unit_scale=True, desc=f"prepare {todo.name}",
                  disable=not progress, leave=False) as bar:
     for weight in weights:
-      tokens_N, lengths_D = next(results)
-      held_D = eval_mask(todo.name, first_doc, lengths_D.size, todo.spec.eval_fraction)
-      first_doc += lengths_D.size
-      held_N = np.repeat(held_D, lengths_D)
-      writers["train"].write(tokens_N[~held_N])
-      writers["eval"].write(tokens_N[held_N])
-      docs["eval"] += int(held_D.sum())
-      docs["train"] += int(lengths_D.size - held_D.sum())
+      yield next(results)
       bar.update(weight)
+
+
+def _hub_batches(todo: _Todo, tok: Tokenizer, dtype: np.dtype, progress: bool):
+  """The tokenized documents of a dataset source, cut to its token budget (``max_tokens``)."""
+  spec = todo.spec
+  budget = int(spec.max_tokens) or None
+  used = first = 0
+  docs = hub.documents(todo.name, spec, todo.template, progress=progress,
+                       revision=todo.inputs["dataset"]["revision"])
+  try:
+    for batch in docs:
+      where = lambda k, at=first: (f"source {todo.name!r}: dataset {spec.dataset!r}, split "
+                                   f"{spec.split!r}, document {at + k} (documents, not rows)")
+      tokens_N, lengths_D = _tokenize_docs(tok, dtype.str, batch, where)
+      first += len(batch)
+      if budget is not None:
+        # Whole documents only: the longest prefix that fits in what is left of the budget.
+        take = int(np.searchsorted(np.cumsum(lengths_D), budget - used, side="right"))
+        if take < lengths_D.size:
+          yield tokens_N[:int(lengths_D[:take].sum())], lengths_D[:take]
+          return
+        used += int(lengths_D.sum())
+      yield tokens_N, lengths_D
+  finally:
+    docs.close()
+
+
+def _write_source(todo: _Todo, batches, tok: Tokenizer, out_dir: str, dtype: np.dtype,
+                  shard_tokens: int) -> dict[str, Any]:
+  """Writes one source's tokenized ``batches`` (``(tokens, doc_lengths)`` in document order) into
+  its shards; returns its manifest entry."""
+  writers = {s: mf.ShardWriter(out_dir, todo.name, s, dtype, shard_tokens) for s in mf.SPLITS}
+  docs = {s: 0 for s in mf.SPLITS}
+  first_doc = 0
+  for tokens_N, lengths_D in batches:
+    held_D = eval_mask(todo.name, first_doc, lengths_D.size, todo.spec.eval_fraction)
+    first_doc += lengths_D.size
+    held_N = np.repeat(held_D, lengths_D)
+    writers["train"].write(tokens_N[~held_N])
+    writers["eval"].write(tokens_N[held_N])
+    docs["eval"] += int(held_D.sum())
+    docs["train"] += int(lengths_D.size - held_D.sum())
   shards = {s: writers[s].close() for s in mf.SPLITS}
   return {"source": todo.name, "dtype": dtype.name,
           "tokenizer": {"name": tok.name, "fingerprint": tok.fingerprint},
@@ -235,17 +282,21 @@ def _write_source(todo: _Todo, results, tok: Tokenizer, out_dir: str, dtype: np.
           "inputs": todo.inputs, "shards": shards}
 
 
-def prepare(sources: Mapping[str, readers.SourceSpec], tokenizer: Tokenizer, out_dir: str, *,
+def prepare(sources: Mapping[str, readers.SourceSpec | hub.HubSpec], tokenizer: Tokenizer,
+            out_dir: str, *,
             shard_tokens: int = DEFAULT_SHARD_TOKENS, workers: int = 1, progress: bool = True,
             known_sources: Sequence[str] = SOURCES) -> PrepareResult:
   """Tokenizes every source of ``sources`` into ``out_dir``; finished sources are skipped.
 
   Args:
-    sources: source name -> :class:`SourceSpec` (names from ``known_sources``).
+    sources: source name -> :class:`SourceSpec` (local files) or :class:`HubSpec` (a dataset
+      read with ``datasets``), names from ``known_sources``.
     tokenizer: the tokenizer; worker processes rebuild it from ``tokenizer.spec``.
     out_dir: the prepared directory (created if needed).
     shard_tokens: the most tokens per shard file.
-    workers: processes reading and tokenizing in parallel; 1 works in this process, 0 = all CPUs.
+    workers: processes reading and tokenizing local files in parallel; 1 works in this process,
+      0 = all CPUs. Datasets are read and tokenized in this process (a ``tokenizers`` BPE
+      tokenizer encodes each batch on all cores by itself).
     progress: show a tqdm bar per source.
     known_sources: the valid source names, in manifest order.
 
@@ -259,7 +310,10 @@ def prepare(sources: Mapping[str, readers.SourceSpec], tokenizer: Tokenizer, out
   """
   order = {s: source_index(s, known_sources) for s in sources}
   for name, spec in sources.items():
-    readers.check_spec(name, spec)
+    if isinstance(spec, hub.HubSpec):
+      hub.check_hub_spec(name, spec)
+    else:
+      readers.check_spec(name, spec)
   if int(shard_tokens) < 1:
     raise ValueError(f"shard_tokens must be >= 1, got {shard_tokens}")
   if int(workers) < 0:
@@ -271,7 +325,8 @@ def prepare(sources: Mapping[str, readers.SourceSpec], tokenizer: Tokenizer, out
                            progress, known_sources)
 
 
-def _prepare_locked(sources: Mapping[str, readers.SourceSpec], order: dict[str, int],
+def _prepare_locked(sources: Mapping[str, readers.SourceSpec | hub.HubSpec],
+                    order: dict[str, int],
                     tokenizer: Tokenizer, out_dir: str, shard_tokens: int, workers: int,
                     progress: bool, known_sources: Sequence[str]) -> PrepareResult:
   dtype = mf.token_dtype(tokenizer.vocab_size)
@@ -300,10 +355,20 @@ def _prepare_locked(sources: Mapping[str, readers.SourceSpec], order: dict[str, 
   with concurrent.futures.ThreadPoolExecutor(workers) as hasher:
     for name in sorted(sources, key=order.__getitem__):
       spec = sources[name]
-      files = readers.resolve_files(name, spec)
-      inputs = _input_record(spec, files, shard_tokens, hasher)
+      template = None
+      if isinstance(spec, hub.HubSpec):
+        hub.require_datasets()
+        if spec.layout != "text":
+          template = chat_templates.load_chat_template(spec.template)
+          chat_templates.check_chat_tokens(tokenizer, template)
+        inputs = hub.input_record(name, spec, template, shard_tokens, READER_VERSION)
+      else:
+        files = readers.resolve_files(name, spec)
+        inputs = _input_record(spec, files, shard_tokens, hasher)
       if _is_finished(out_dir, entries.get(name), inputs, tokenizer.fingerprint, dtype.itemsize):
         skipped.append(name)
+      elif isinstance(spec, hub.HubSpec):
+        todo.append(_Todo(name, spec, inputs, [], template))
       else:
         todo.append(_Todo(name, spec, inputs, [u for f in files
                                                for u in readers.work_units(f, spec)]))
@@ -323,8 +388,9 @@ def _prepare_locked(sources: Mapping[str, readers.SourceSpec], order: dict[str, 
         dtype.str)
     results = _results(call, [u for t in todo for u in t.units], pool, 2 * workers)
     for t in todo:
-      entries[t.name] = _write_source(t, results, tokenizer, out_dir, dtype, shard_tokens,
-                                      progress)
+      batches = (_hub_batches(t, tokenizer, dtype, progress) if isinstance(t.spec, hub.HubSpec)
+                 else _file_batches(t, results, progress))
+      entries[t.name] = _write_source(t, batches, tokenizer, out_dir, dtype, shard_tokens)
       write(entries)
   finally:
     if pool is not None:

@@ -1,5 +1,10 @@
 """Tokenizers behind one interface: UTF-8 bytes, Hugging Face ``tokenizers`` JSON, SentencePiece.
 
+A tokenizer is named by a string (:func:`load_tokenizer`): ``"bytes"``, a local file, or
+``"hf:<repo>[@revision]"`` for a tokenizer on the Hugging Face Hub (``tokenizer.json``, else
+``tokenizer.model``), downloaded once into the Hugging Face cache and read from there afterwards;
+where the Hub cannot be reached the load fails at once (see :mod:`andrea_jax.data.hfhub`).
+
 Every tokenizer has ``name``, ``spec`` (the string :func:`load_tokenizer` rebuilds it from),
 ``vocab_size``, ``eod_id`` (the end-of-document id that ``prepare`` puts at the start of every
 document), ``fingerprint`` (SHA-256 of its defining content, recorded with the prepared data and
@@ -90,14 +95,14 @@ class HFTokenizer:
   boundary.
   """
 
-  def __init__(self, path: str | os.PathLike):
+  def __init__(self, path: str | os.PathLike, name: str | None = None):
     import tokenizers  # the library; this module is andrea_jax.data.tokenizers
 
     self.spec = os.fspath(path)
     with open(self.spec, "rb") as f:
       content = f.read()
     self.fingerprint = hashlib.sha256(content).hexdigest()
-    self.name = f"hf:{os.path.basename(self.spec)}"
+    self.name = name or f"hf:{os.path.basename(self.spec)}"
     try:
       self._tok = tokenizers.Tokenizer.from_str(content.decode("utf-8"))
     except Exception as e:  # the library raises plain Exception subclasses of its own
@@ -135,6 +140,11 @@ class HFTokenizer:
                       f"(id {self.eod_id}), so every character the vocabulary lacks would end a "
                       "document; give the model another unk_token")
 
+  @property
+  def eod_token(self) -> str:
+    """The text of the end-of-document token, e.g. ``<|endoftext|>``."""
+    return self._tok.id_to_token(self.eod_id)
+
   def encode(self, text: str) -> np.ndarray:
     """``[n]`` int32 ids of ``text`` (no special tokens added)."""
     return np.asarray(self._tok.encode(text, add_special_tokens=False).ids, np.int32)
@@ -153,14 +163,14 @@ class HFTokenizer:
 class SentencePieceTokenizer:
   """A SentencePiece ``.model`` file; its ``eos`` piece is the end-of-document id."""
 
-  def __init__(self, path: str | os.PathLike):
+  def __init__(self, path: str | os.PathLike, name: str | None = None):
     import sentencepiece as spm
 
     self.spec = os.fspath(path)
     with open(self.spec, "rb") as f:
       content = f.read()
     self.fingerprint = hashlib.sha256(content).hexdigest()
-    self.name = f"sentencepiece:{os.path.basename(self.spec)}"
+    self.name = name or f"sentencepiece:{os.path.basename(self.spec)}"
     try:
       self._sp = spm.SentencePieceProcessor(model_proto=content)
     except Exception as e:  # RuntimeError or OSError depending on the version
@@ -170,6 +180,11 @@ class SentencePieceTokenizer:
     if self.eod_id < 0:
       raise DataError(f"{self.spec}: the SentencePiece model has no eos piece (trained with "
                       "eos_id=-1); retrain it with an eos_id to mark document ends")
+
+  @property
+  def eod_token(self) -> str:
+    """The text of the eos piece, e.g. ``</s>``."""
+    return self._sp.id_to_piece(self.eod_id)
 
   def encode(self, text: str) -> np.ndarray:
     """``[n]`` int32 ids of ``text``."""
@@ -184,8 +199,47 @@ class SentencePieceTokenizer:
     return self._sp.decode([int(i) for i in np.asarray(ids).reshape(-1)])
 
 
+HUB_PREFIX = "hf:"
+
+
+def load_hub_tokenizer(name: str) -> Tokenizer:
+  """The tokenizer of a Hub repository, ``name = "hf:<repo>[@revision]"``: its ``tokenizer.json``
+  (else its SentencePiece ``tokenizer.model``), from the local Hugging Face cache when there, else
+  downloaded once. The tokenizer's ``spec`` is the cached file (worker processes read it without
+  the network); its ``name`` is ``name``.
+
+  Raises:
+    DataError: at once (no retries) when the file is neither cached nor reachable, naming the
+      tokenizer and how to use a local file instead.
+
+  Example:
+    >>> load_hub_tokenizer("hf:gpt2").vocab_size   # doctest: +SKIP
+    50257
+  """
+  from andrea_jax.data import hfhub
+
+  repo, revision = hfhub.split_name(name[len(HUB_PREFIX):])
+  if not repo:
+    raise DataError(f"tokenizer {name!r}: no repository after {HUB_PREFIX!r}")
+  what = f"tokenizer {name!r}"
+  hint = ("To use a local file instead, set the tokenizer to the path of a tokenizer.json "
+          f"(fetched on a machine with network: hf download {repo} tokenizer.json) or of a "
+          "SentencePiece .model.")
+  try:
+    return HFTokenizer(hfhub.hub_file(repo, "tokenizer.json", revision=revision, what=what,
+                                      local_hint=hint), name=name)
+  except hfhub.NotOnHub:
+    pass
+  try:
+    return SentencePieceTokenizer(hfhub.hub_file(repo, "tokenizer.model", revision=revision,
+                                                 what=what, local_hint=hint), name=name)
+  except hfhub.NotOnHub as e:
+    raise DataError(f"{what}: {repo} has neither tokenizer.json nor tokenizer.model") from e
+
+
 def load_tokenizer(spec: str | os.PathLike) -> Tokenizer:
-  """The tokenizer named by ``spec``: ``"bytes"``, tokenizers ``.json`` or SentencePiece ``.model``.
+  """The tokenizer named by ``spec``: ``"bytes"``, tokenizers ``.json``, SentencePiece ``.model``,
+  or ``"hf:<repo>[@revision]"`` on the Hugging Face Hub (:func:`load_hub_tokenizer`).
 
   A file with another extension is recognised by its content (JSON starts with ``{``).
 
@@ -194,12 +248,15 @@ def load_tokenizer(spec: str | os.PathLike) -> Tokenizer:
     257
   """
   spec = os.fspath(spec)
+  if spec.startswith(HUB_PREFIX):
+    return load_hub_tokenizer(spec)
   if spec != "bytes":
     spec = os.path.expanduser(spec)   # as data.tokenizer's validation reads it
   if spec == "bytes":
     return ByteTokenizer()
   if not os.path.isfile(spec):
-    raise DataError(f"tokenizer {spec!r} is neither 'bytes' nor an existing file")
+    raise DataError(f"tokenizer {spec!r} is neither 'bytes' nor an existing file (a tokenizer on "
+                    "the Hugging Face Hub is named 'hf:<repo>')")
   if spec.endswith(".json"):
     return HFTokenizer(spec)
   if spec.endswith(".model"):

@@ -1,0 +1,398 @@
+"""Hugging Face datasets as a source: a Hub name, a ``save_to_disk`` directory, or local data files.
+
+A :class:`HubSpec` names a dataset and the options that select a source's documents from it; it
+is prepared by :func:`andrea_jax.data.prepare_lib.prepare` into the same per-source shards and
+manifest as local files. The dataset is read through the ``datasets`` library (the optional extra
+``pip install 'andrea_jax[hub]'``):
+
+* ``dataset``: a Hub name (``"HuggingFaceTB/smoltalk"``, read with ``load_dataset(name, subset,
+  split=split, revision=...)``, pinned to the commit the revision resolves to when the Hub is
+  reachable); a directory written by ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``
+  (``load_from_disk``; ``split`` picks a split of a ``DatasetDict``, a lone ``Dataset`` is read
+  whole); or, with ``data_files``, a builder of ``datasets`` (``"json"``, ``"parquet"``, ``"csv"``,
+  ``"text"``, ``"arrow"``; ``""`` infers it from the first file's extension) reading those files.
+* ``layout``: ``"text"`` (the document is the string ``text_field``), ``"messages"`` (a list of
+  messages in ``messages_field``, with an optional system prompt in ``system_field``, rendered with
+  ``template``; see :mod:`andrea_jax.data.chat_templates`), or ``"tree"`` (one row per message of
+  OpenAssistant-style trees: every root-to-leaf thread is a document; the split is read whole
+  before its first thread, and a thread is kept when all its messages pass the filter).
+* ``filter_field`` / ``filter_value``: keep the rows whose field equals the value (or one of a
+  tuple of values), so that one dataset can feed several sources.
+* ``streaming``: read without downloading the whole dataset first (``load_dataset(...,
+  streaming=True)``, or ``to_iterable_dataset()`` for a directory). The rows, and so the shards,
+  are the same either way; ``streaming`` is recorded but not part of the cache key.
+* ``max_tokens``: the source's token budget: the longest prefix of its documents (in dataset order)
+  whose tokens, each document's leading end-of-document id included, add up to at most
+  ``max_tokens``; 0 reads everything.
+
+The manifest records the dataset (name, subset, split, the resolved revision of a Hub dataset, the
+``_fingerprint`` of a saved one), the SHA-256 of every local file read, and the options; a source
+is prepared again when any of them changes. Rows are numbered in the split (filtered rows
+counted), and every error about a row names the dataset, the split and that number.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple
+
+import tqdm
+
+from andrea_jax.data import chat, hashing, hfhub
+from andrea_jax.data.chat_templates import ChatTemplate, render_chat
+from andrea_jax.data.errors import DataError
+
+LAYOUTS = ("text", "messages", "tree")
+BUILDERS = ("json", "parquet", "csv", "text", "arrow")
+_EXTENSIONS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv",
+               ".tsv": "csv", ".txt": "text", ".arrow": "arrow"}
+_COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst", ".lz4")
+_TREE_FIELDS = ("message_id", "parent_id", "role")
+BATCH_ROWS = 1000   # rows read from the dataset at a time
+HUB_VERSION = 1     # raise with every change to how rows become documents (part of the cache key)
+
+
+class HubSpec(NamedTuple):
+  """A source read through the ``datasets`` library (see the module docstring for each option).
+
+  Example:
+    >>> HubSpec("HuggingFaceTB/smoltalk", subset="all", layout="messages")   # doctest: +ELLIPSIS
+    HubSpec(dataset='HuggingFaceTB/smoltalk', split='train', subset='all', ...)
+  """
+  dataset: str
+  split: str = "train"
+  subset: str | None = None
+  data_files: tuple[str, ...] = ()
+  revision: str | None = None
+  layout: str = "text"
+  text_field: str = "text"
+  messages_field: str = "messages"
+  system_field: str = ""
+  template: str = "chatml"
+  filter_field: str = ""
+  filter_value: Any = None
+  streaming: bool = False
+  max_tokens: int = 0
+  eval_fraction: float = 0.01
+  format: str = "hf"
+
+
+def require_datasets():
+  """The ``datasets`` module, or an ``ImportError`` saying how to install it."""
+  try:
+    import datasets
+  except ImportError as e:
+    raise ImportError("reading Hugging Face datasets needs the `datasets` library: "
+                      "pip install 'andrea_jax[hub]'") from e
+  return datasets
+
+
+def _kind(spec: HubSpec) -> str:
+  """``"files"`` (data_files), ``"disk"`` (a save_to_disk directory) or ``"hub"``."""
+  if spec.data_files:
+    return "files"
+  path = os.path.expanduser(spec.dataset)
+  if os.path.isdir(path):
+    return "disk"
+  return "hub"
+
+
+def _is_scalar(v: Any) -> bool:
+  return v is None or isinstance(v, (str, int, float, bool))
+
+
+def check_hub_spec(source: str, spec: HubSpec) -> None:
+  """Raises ``ValueError`` naming the source and the field for an invalid :class:`HubSpec`."""
+  bad = lambda field, why: ValueError(f"source {source!r}: {field} {why}, got "
+                                      f"{getattr(spec, field)!r}")
+  if spec.format != "hf":
+    raise bad("format", "must be 'hf'")
+  if not isinstance(spec.dataset, str) or (not spec.dataset and not spec.data_files):
+    raise bad("dataset", "must name a Hub dataset, a save_to_disk directory or a builder")
+  if isinstance(spec.data_files, str):
+    raise bad("data_files", "must be a list of globs, not a string")
+  if spec.data_files and spec.dataset not in ("",) + BUILDERS:
+    raise bad("dataset", f"must be one of {BUILDERS} (or '') when data_files is set")
+  path = os.path.expanduser(spec.dataset)
+  if not spec.data_files and os.path.isdir(path) and not _saved_dir(path):
+    raise ValueError(f"source {source!r}: directory {spec.dataset!r} was not written by "
+                     "save_to_disk (no dataset_info.json or dataset_dict.json); list its files in "
+                     "data_files instead")
+  if (not spec.data_files and not os.path.isdir(path)
+      and spec.dataset.startswith((os.sep, ".", "~"))):
+    raise bad("dataset", "looks like a path but is no directory")
+  if not isinstance(spec.split, str) or not spec.split:
+    raise bad("split", "must be a non-empty string")
+  if spec.layout not in LAYOUTS:
+    raise bad("layout", f"must be one of {LAYOUTS}")
+  field = {"text": "text_field", "messages": "messages_field", "tree": "text_field"}[spec.layout]
+  if not isinstance(getattr(spec, field), str) or not getattr(spec, field):
+    raise bad(field, f"must name a field for layout {spec.layout!r}")
+  if spec.filter_field and not (_is_scalar(spec.filter_value) or (
+      isinstance(spec.filter_value, (tuple, list)) and all(map(_is_scalar, spec.filter_value)))):
+    raise bad("filter_value", "must be a string, number, bool, None or a list of them")
+  if isinstance(spec.max_tokens, bool) or not isinstance(spec.max_tokens, int) or (
+      spec.max_tokens < 0):
+    raise bad("max_tokens", "must be an integer >= 0 (0: no budget)")
+  if not isinstance(spec.streaming, bool):
+    raise bad("streaming", "must be True or False")
+  if not 0.0 <= float(spec.eval_fraction) <= 0.5:
+    raise bad("eval_fraction", "must lie in [0, 0.5]")
+
+
+def _saved_dir(path: str) -> bool:
+  return any(os.path.isfile(os.path.join(path, f))
+             for f in ("dataset_info.json", "state.json", "dataset_dict.json"))
+
+
+def _files(source: str, spec: HubSpec) -> list[str]:
+  """The local files a source reads, sorted: its data files, or a saved directory's files (for a
+  DatasetDict, those of the split)."""
+  if _kind(spec) == "files":
+    files: dict[str, None] = {}
+    for pattern in spec.data_files:
+      matches = sorted(p for p in glob.glob(os.path.expanduser(pattern), recursive=True)
+                       if os.path.isfile(p))
+      if not matches:
+        raise DataError(f"source {source!r}: no file matches {pattern!r}")
+      files.update(dict.fromkeys(matches))
+    return list(files)
+  if _kind(spec) == "disk":
+    root = os.path.expanduser(spec.dataset)
+    if os.path.isfile(os.path.join(root, "dataset_dict.json")):
+      root = os.path.join(root, spec.split)
+    return sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs
+                  if not f.startswith("."))
+  return []
+
+
+def _label(spec: HubSpec) -> str:
+  if spec.data_files:
+    return f"{spec.dataset or 'data files'} {list(spec.data_files)}"
+  return repr(spec.dataset) + (f" (subset {spec.subset!r})" if spec.subset else "")
+
+
+def _builder(source: str, spec: HubSpec, files: Sequence[str]) -> str:
+  if spec.dataset:
+    return spec.dataset
+  name = files[0]
+  for c in _COMPRESSIONS:
+    name = name.removesuffix(c)
+  ext = os.path.splitext(name)[1].lower()
+  if ext not in _EXTENSIONS:
+    raise DataError(f"source {source!r}: cannot tell the format of {files[0]!r} from its "
+                    f"extension; set dataset to one of {BUILDERS}")
+  return _EXTENSIONS[ext]
+
+
+def input_record(source: str, spec: HubSpec, template: ChatTemplate | None,
+                 shard_tokens: int, reader_version: int) -> dict[str, Any]:
+  """What a prepared source depends on, for the manifest (``read`` holds what it does not)."""
+  files = _files(source, spec)
+  kind = _kind(spec)
+  revision = fingerprint = None
+  name = spec.dataset
+  if kind == "hub":
+    try:
+      revision = hfhub.dataset_revision(spec.dataset, spec.revision)
+    except DataError as e:
+      raise DataError(f"source {source!r}: {e}") from e
+    if revision is None:   # offline: the cached copy is what will be read; name it
+      revision = spec.revision
+      if not spec.streaming:
+        fingerprint = _open(source, spec, None)[0]._fingerprint
+  elif kind == "disk":
+    name = None   # the directory may move; its files' digests identify it
+    state = [f for f in files if os.path.basename(f) == "state.json"]
+    if state:
+      with open(state[0], encoding="utf-8") as f:
+        fingerprint = json.load(f).get("_fingerprint")
+  else:
+    name = _builder(source, spec, files)
+  options: dict[str, Any] = {"layout": spec.layout}
+  if spec.layout in ("text", "tree"):
+    options["text_field"] = spec.text_field
+  if spec.layout == "messages":
+    options.update(messages_field=spec.messages_field, system_field=spec.system_field)
+  filt = None
+  if spec.filter_field:
+    value = spec.filter_value
+    filt = {"field": spec.filter_field,
+            "value": list(value) if isinstance(value, (list, tuple)) else value}
+  return {"reader_version": reader_version, "hub_version": HUB_VERSION, "format": "hf",
+          "dataset": {"kind": kind, "name": name, "subset": spec.subset, "split": spec.split,
+                      "revision": revision, "fingerprint": fingerprint},
+          "options": options,
+          "template": (None if template is None else {"kind": template.name.split(":")[0],
+                                                       "sha256": template.fingerprint}),
+          "filter": filt, "max_tokens": int(spec.max_tokens),
+          "eval_fraction": float(spec.eval_fraction), "shard_tokens": int(shard_tokens),
+          "files": [{"path": f, "bytes": os.path.getsize(f), "sha256": hashing.sha256_file(f)}
+                    for f in files],
+          "read": {"dataset": spec.dataset, "streaming": spec.streaming,
+                   "template": None if template is None else template.name}}
+
+
+def _open(source: str, spec: HubSpec, revision: str | None):
+  """``(dataset, number of rows or None)``: a ``Dataset``, or an ``IterableDataset`` when
+  streaming."""
+  datasets = require_datasets()
+  kind = _kind(spec)
+  if kind == "disk":
+    ds = datasets.load_from_disk(os.path.expanduser(spec.dataset))
+    if isinstance(ds, datasets.DatasetDict):
+      if spec.split not in ds:
+        raise DataError(f"source {source!r}: dataset {spec.dataset!r} has no split "
+                        f"{spec.split!r} (splits: {sorted(ds)})")
+      ds = ds[spec.split]
+    return (ds.to_iterable_dataset() if spec.streaming else ds), len(ds)
+  try:
+    if kind == "files":
+      files = _files(source, spec)
+      ds = datasets.load_dataset(_builder(source, spec, files), data_files={spec.split: files},
+                                 split=spec.split, streaming=spec.streaming)
+    else:
+      ds = datasets.load_dataset(spec.dataset, spec.subset, split=spec.split,
+                                 revision=revision or spec.revision, streaming=spec.streaming)
+  except (ValueError, OSError, ConnectionError) as e:  # unknown split/subset, unreadable files
+    raise DataError(f"source {source!r}: cannot load dataset {_label(spec)}, split "
+                    f"{spec.split!r}: {type(e).__name__}: {e}") from e
+  rows = None if spec.streaming else len(ds)
+  if rows is None and ds.info.splits and spec.split in ds.info.splits:
+    rows = ds.info.splits[spec.split].num_examples or None
+  return ds, rows
+
+
+def _columns(spec: HubSpec) -> list[str]:
+  if spec.layout == "text":
+    cols = [spec.text_field]
+  elif spec.layout == "messages":
+    cols = [spec.messages_field] + ([spec.system_field] if spec.system_field else [])
+  else:
+    cols = [*_TREE_FIELDS, spec.text_field]
+  return list(dict.fromkeys(cols + ([spec.filter_field] if spec.filter_field else [])))
+
+
+def _keep(value: Any, spec: HubSpec) -> bool:
+  if isinstance(spec.filter_value, (tuple, list)):
+    return value in spec.filter_value
+  return value == spec.filter_value
+
+
+def documents(source: str, spec: HubSpec, template: ChatTemplate | None, *,
+              revision: str | None = None, progress: bool = True) -> Iterator[list[str]]:
+  """The documents of a source, in dataset order, in lists of at most :data:`BATCH_ROWS`.
+
+  Empty texts are dropped; every other problem with a row raises ``DataError`` naming the dataset,
+  the split and the row. Close the generator to stop reading early (a token budget).
+  """
+  datasets = require_datasets()
+  ds, rows = _open(source, spec, revision)
+  names = ds.column_names
+  if names is not None:
+    missing = [c for c in _columns(spec) if c not in names]
+    if missing:
+      raise DataError(f"source {source!r}: dataset {_label(spec)}, split {spec.split!r} has no "
+                      f"field {missing[0]!r} (fields: {names})")
+    ds = ds.select_columns(_columns(spec))
+  where = lambda row: f"source {source!r}: dataset {_label(spec)}, split {spec.split!r}, row {row}"
+  quiet = not progress and not datasets.utils.are_progress_bars_disabled()
+  if quiet:
+    datasets.utils.disable_progress_bars()
+  try:
+    with tqdm.tqdm(total=rows, unit="row", desc=f"prepare {source}", disable=not progress,
+                   leave=False) as bar:
+      batches = _batches(ds, bar)
+      if spec.layout == "tree":
+        yield from _tree_documents(batches, spec, template, where)
+        return
+      for first, batch in batches:
+        yield _batch_documents(first, batch, spec, template, where)
+  finally:
+    if quiet:
+      datasets.utils.enable_progress_bars()
+
+
+def _batches(ds, bar) -> Iterator[tuple[int, dict[str, list]]]:
+  """``(index of the first row, columns)`` of each batch of rows."""
+  first = 0
+  for batch in ds.iter(batch_size=BATCH_ROWS):
+    n = len(next(iter(batch.values()))) if batch else 0
+    yield first, batch
+    first += n
+    bar.update(n)
+
+
+def _column(batch: dict[str, list], field: str, n: int) -> list:
+  # A streamed JSON batch lacks a key that no row of it has: the same as None in every row.
+  return batch[field] if field in batch else [None] * n
+
+
+def _batch_documents(first: int, batch: dict[str, list], spec: HubSpec,
+                     template: ChatTemplate | None, where) -> list[str]:
+  n = len(next(iter(batch.values()))) if batch else 0
+  keep = ([_keep(v, spec) for v in _column(batch, spec.filter_field, n)] if spec.filter_field
+          else [True] * n)
+  docs = []
+  if spec.layout == "text":
+    for j, text in enumerate(_column(batch, spec.text_field, n)):
+      if not keep[j]:
+        continue
+      if text is None:
+        raise DataError(f"{where(first + j)}: missing field {spec.text_field!r}")
+      if not isinstance(text, str):
+        raise DataError(f"{where(first + j)}: field {spec.text_field!r} is a "
+                        f"{type(text).__name__}, not a string")
+      if text:
+        docs.append(text)
+    return docs
+  systems = _column(batch, spec.system_field, n) if spec.system_field else [None] * n
+  for j, messages in enumerate(_column(batch, spec.messages_field, n)):
+    if not keep[j]:
+      continue
+    if messages is None:
+      raise DataError(f"{where(first + j)}: missing field {spec.messages_field!r}")
+    try:
+      docs.append(render_chat(template, chat.normalize_messages(messages, system=systems[j])))
+    except chat.ConversationError as e:
+      raise DataError(f"{where(first + j)}: {e}") from None
+  return docs
+
+
+def _tree_documents(batches, spec: HubSpec, template: ChatTemplate | None,
+                    where) -> Iterator[list[str]]:
+  nodes: list[chat.TreeNode] = []
+  row_of: list[int] = []
+  kept: list[bool] = []
+  for first, batch in batches:
+    n = len(next(iter(batch.values()))) if batch else 0
+    cols = {f: _column(batch, f, n) for f in (*_TREE_FIELDS, spec.text_field)}
+    values = _column(batch, spec.filter_field, n) if spec.filter_field else [None] * n
+    for j in range(n):
+      try:
+        nodes.append(chat.tree_node({f: cols[f][j] for f in cols}, spec.text_field))
+      except chat.ConversationError as e:
+        raise DataError(f"{where(first + j)}: {e}") from None
+      row_of.append(first + j)
+      kept.append(not spec.filter_field or _keep(values[j], spec))
+  try:
+    threads = chat.tree_threads(nodes)
+  except chat.TreeError as e:
+    raise DataError(f"{where(row_of[e.index])}: {e}") from None
+  docs = []
+  for path in threads:
+    if not all(kept[i] for i in path):
+      continue
+    messages = [{"role": nodes[i].role, "content": nodes[i].text} for i in path]
+    try:
+      docs.append(render_chat(template, messages))
+    except chat.ConversationError as e:
+      raise DataError(f"{where(row_of[path[-1]])} (the thread ending there): {e}") from None
+    if len(docs) == BATCH_ROWS:
+      yield docs
+      docs = []
+  if docs:
+    yield docs
