@@ -16,7 +16,7 @@ and slowest intervals. Overhead = median step time with the curriculum / without
 1% of a step.
 
 Usage (from the repository root):
-  python -m bench.curriculum_gpu                    # one GPU, 200 steps per run (~3 min)
+  python -m bench.curriculum_gpu                    # one GPU, 200 steps per run (~3 min, est.)
   python -m bench.curriculum_gpu --cpu              # tiny model on the CPU: checks the script
   python -m bench.curriculum_gpu --json=out/curriculum.json --workdir=/tmp/curriculum_gpu
 Without a GPU (and without --cpu) it says so and exits 0.
@@ -115,7 +115,9 @@ def main(argv: list[str] | None = None):
   ap.add_argument("--cpu", action="store_true", help="tiny model on the CPU (checks the script)")
   ap.add_argument("--steps", type=int, default=0, help="steps per run (default 200, CPU 40)")
   ap.add_argument("--log_every", type=int, default=0, help="steps per timed interval (20, CPU 10)")
-  ap.add_argument("--timeout", type=float, default=300, help="seconds per run")
+  ap.add_argument("--timeout", type=float, default=300, help="seconds per run at most")
+  ap.add_argument("--budget", type=float, default=0, help="seconds for both runs: the first gets "
+                  "half, the second what is left (0: --timeout each)")
   ap.add_argument("--workdir", default="", help="where the two runs go (default: a temporary "
                   "folder, removed at the end)")
   ap.add_argument("--json", default="", help="also write the results to this file")
@@ -133,9 +135,14 @@ def main(argv: list[str] | None = None):
   with tempfile.TemporaryDirectory(prefix="curriculum_gpu_") as tmp:
     root = args.workdir or tmp
     results = {}
-    for strategy in STRATEGIES:
+    started = time.perf_counter()
+    for i, strategy in enumerate(STRATEGIES):
+      timeout = args.timeout
+      if args.budget:
+        left = args.budget - (time.perf_counter() - started)
+        timeout = min(timeout, left / (len(STRATEGIES) - i))
       results[strategy] = run_one(strategy, os.path.join(root, strategy), args.cpu, steps,
-                                  log_every, args.timeout)
+                                  log_every, timeout)
       r = results[strategy]
       print(f"  done: {strategy} ({r.get('wall_s', 0):.0f} s)"
             + (f" -- {r['error']}" if "error" in r else ""), flush=True)

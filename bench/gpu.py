@@ -29,8 +29,8 @@ Targets on one H100-class GPU: >= 470K tokens/s at B=64, T=1024 (40% MFU), aimin
 >= 1.1x the yardstick. The best plain-causal JAX row is checked against them (PASS/FAIL lines).
 
 Usage (from the repository root):
-  python -m bench.gpu                        # every row, 25 timed steps each (~8 min on an H100)
-  python -m bench.gpu --quick                # cudnn, cudnn-default, torch; 10 steps (~3 min)
+  python -m bench.gpu                        # every row, 25 timed steps each (~8 min, estimated)
+  python -m bench.gpu --quick                # cudnn, cudnn-default, torch; 10 steps (~3 min, est.)
   python -m bench.gpu --rows=cudnn,torch,xla --budget=240 --json=out/gpu.json
   python -m bench.gpu --quick --cpu          # tiny model on the CPU: checks the script, not a speed
 ``--budget`` skips the rows that would start with less than a minute of it left (their line says

@@ -100,7 +100,7 @@ def _check_donated(text: str) -> None:
 
 
 @pytest.mark.parametrize("document_mask", [False, True], ids=["causal", "packed"])
-@pytest.mark.parametrize("remat", [False, True], ids=["", "remat"])
+@pytest.mark.parametrize("remat", [False, True], ids=["no_remat", "remat"])
 def test_lower_step_for_cuda_with_cudnn_attention(cudnn_version_query, document_mask, remat):
   text = _lower_step("cudnn", document_mask, remat)
   calls = _custom_calls(text)
