@@ -65,8 +65,10 @@ def _read_jsonl(path: str) -> list[dict]:
 
 def run_one(strategy: str, workdir: str, cpu: bool, steps: int, log_every: int,
             timeout: float) -> dict:
-  """Trains one run in a subprocess; its step times (seconds per step, per log interval after the
-  first), wall time, last logged loss, or ``error``."""
+  """Trains one run in a subprocess: its step times (seconds per step, per log interval after the
+  first), wall time and last logged loss. A run that fails or times out after logging two
+  intervals (in its final evaluation or checkpoint, say) keeps its figures, with the reason under
+  ``note``; one that logged fewer gets ``error`` instead."""
   env = dict(os.environ)
   env.setdefault("CUDA_VISIBLE_DEVICES", "0")
   env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
@@ -77,29 +79,33 @@ def run_one(strategy: str, workdir: str, cpu: bool, steps: int, log_every: int,
          f"--workdir={workdir}", f"--config.curriculum.strategy={strategy}",
          *overrides(cpu, steps, log_every)]
   t0 = time.perf_counter()
+  problem, stderr = None, ""
   try:
     out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    if out.returncode != 0:
+      tail = [line for line in (out.stderr + out.stdout).splitlines() if line.strip()]
+      why = next((line for line in reversed(tail) if "rror" in line), tail[-1] if tail else "")
+      problem, stderr = f"exit {out.returncode}: {why.strip()[:200]}", out.stderr[-3000:]
   except subprocess.TimeoutExpired:
-    return {"error": f"timed out after {timeout:.0f} s", "command": " ".join(cmd)}
+    problem = f"timed out after {timeout:.0f} s"
   wall = time.perf_counter() - t0
-  if out.returncode != 0:
-    tail = [line for line in (out.stderr + out.stdout).splitlines() if line.strip()]
-    why = next((line for line in reversed(tail) if "rror" in line), tail[-1] if tail else "")
-    return {"error": f"exit {out.returncode}: {why.strip()[:200]}", "command": " ".join(cmd),
-            "stderr_tail": out.stderr[-3000:]}
   perf = _read_jsonl(os.path.join(workdir, "throughput.jsonl"))
   records = [r for r in _read_jsonl(os.path.join(workdir, "metrics.jsonl")) if "loss" in r]
   tokens_per_step = (8 * 64) if cpu else (64 * 1024)
   step_s = [tokens_per_step / r["tokens_per_s"] for r in perf[1:]]   # the first holds compilation
   if not step_s:
-    return {"error": f"fewer than two log intervals in {workdir}/throughput.jsonl",
-            "command": " ".join(cmd)}
+    return {"error": problem or f"fewer than two log intervals in {workdir}/throughput.jsonl",
+            "command": " ".join(cmd), "stderr_tail": stderr}
   mfu = [r["mfu"] for r in perf[1:] if "mfu" in r]
-  return {"step_s": step_s, "median_step_s": statistics.median(step_s),
-          "tokens_per_s": tokens_per_step / statistics.median(step_s),
-          "mfu": statistics.median(mfu) if mfu else None, "wall_s": wall,
-          "loss": records[-1]["loss"] if records else None,
-          "last_step": records[-1]["step"] if records else None, "command": " ".join(cmd)}
+  r = {"step_s": step_s, "median_step_s": statistics.median(step_s),
+       "tokens_per_s": tokens_per_step / statistics.median(step_s),
+       "mfu": statistics.median(mfu) if mfu else None, "wall_s": wall,
+       "loss": records[-1]["loss"] if records else None,
+       "last_step": records[-1]["step"] if records else None, "command": " ".join(cmd)}
+  if problem:
+    r.update(note=f"{problem} (figures from the {len(step_s)} intervals logged before)",
+             stderr_tail=stderr)
+  return r
 
 
 def overhead(results: dict) -> float | None:
@@ -145,7 +151,8 @@ def main(argv: list[str] | None = None):
                                   log_every, timeout)
       r = results[strategy]
       print(f"  done: {strategy} ({r.get('wall_s', 0):.0f} s)"
-            + (f" -- {r['error']}" if "error" in r else ""), flush=True)
+            + (f" -- {r.get('error') or r.get('note')}" if "error" in r or "note" in r else ""),
+            flush=True)
   print(f"\n{'curriculum':12s} {'step ms':>8s} {'fastest':>8s} {'slowest':>8s} {'tokens/s':>11s} "
         f"{'MFU':>6s} {'loss':>7s} {'wall s':>7s}")
   for strategy, r in results.items():
@@ -157,6 +164,9 @@ def main(argv: list[str] | None = None):
     print(f"{strategy:12s} {1e3 * r['median_step_s']:>8.1f} {1e3 * min(r['step_s']):>8.1f} "
           f"{1e3 * max(r['step_s']):>8.1f} {r['tokens_per_s']:>11,.0f} {mfu:>6s} {loss:>7s} "
           f"{r['wall_s']:>7.0f}")
+  for strategy, r in results.items():
+    if r.get("note"):
+      print(f"{strategy}: {r['note']}")
   over = overhead(results)
   verdict = {"value": over, "target": TARGET_OVERHEAD,
              "pass": None if over is None else over < TARGET_OVERHEAD}

@@ -305,8 +305,6 @@ def _bench(ck: Check, timeout: float, rows: tuple[str, ...], name: str):
   cmd += ["--cpu", "--steps=2"] if ck.dry else ["--steps=20"]
   code, _ = ck.run(cmd, timeout, tee="bench_gpu.txt")
   figures = json.load(open(path)) if os.path.exists(path) else {}
-  for row in figures.get("rows", []):   # the results file carries the figures, not the stderr
-    row.get("result", {}).pop("stderr_tail", None)
   done = [row for row in figures.get("rows", []) if "tokens_per_s" in row.get("result", {})]
   status = "timed out" if code is None else "ok" if code == 0 and len(done) == len(rows) else \
       "failed"
