@@ -8,7 +8,8 @@ stay laid out over 200K steps), on the built-in corpus through the real host pip
 sampler in its prefetch thread, the schedule feed, metrics read every ``train.log_every`` steps).
 They differ in one field: ``curriculum.strategy`` = ``andrea`` (random and bandit phases, their
 decisions in the step, the sampler following them) or ``static`` (the uniform mixture projected on
-the region: a fixed mixture, the same pipeline). The tuned XLA flags of bench/gpu.py are set.
+the region: a fixed mixture, the same pipeline). The tuned XLA flags of bench/gpu.py are set
+(``--flags`` picks another of its sets).
 
 Step time: per log interval of ``log_every`` steps, from the run's own ``throughput.jsonl``; the
 first interval (it holds the compilation) is left out; the table gives the median, and the fastest
@@ -64,7 +65,7 @@ def _read_jsonl(path: str) -> list[dict]:
 
 
 def run_one(strategy: str, workdir: str, cpu: bool, steps: int, log_every: int,
-            timeout: float) -> dict:
+            timeout: float, flags: str = "tuned") -> dict:
   """Trains one run in a subprocess: its step times (seconds per step, per log interval after the
   first), wall time and last logged loss. A run that fails or times out after logging two
   intervals (in its final evaluation or checkpoint, say) keeps its figures, with the reason under
@@ -72,7 +73,7 @@ def run_one(strategy: str, workdir: str, cpu: bool, steps: int, log_every: int,
   env = dict(os.environ)
   env.setdefault("CUDA_VISIBLE_DEVICES", "0")
   env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-  env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + gpu.FLAG_SETS["tuned"]).strip()
+  env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + gpu.FLAG_SETS[flags]).strip()
   if cpu:
     env["JAX_PLATFORMS"] = "cpu"
   cmd = [sys.executable, "-m", "andrea_jax.main", "--config=experiments/andrea120m.py:v2",
@@ -126,6 +127,8 @@ def main(argv: list[str] | None = None):
                   "half, the second what is left (0: --timeout each)")
   ap.add_argument("--workdir", default="", help="where the two runs go (default: a temporary "
                   "folder, removed at the end)")
+  ap.add_argument("--flags", default="tuned", choices=list(gpu.FLAG_SETS),
+                  help="bench/gpu.py's XLA flag set for both runs")
   ap.add_argument("--json", default="", help="also write the results to this file")
   args = ap.parse_args(argv)
   if not args.cpu and not gpu._gpu_present():
@@ -148,7 +151,7 @@ def main(argv: list[str] | None = None):
         left = args.budget - (time.perf_counter() - started)
         timeout = min(timeout, left / (len(STRATEGIES) - i))
       results[strategy] = run_one(strategy, os.path.join(root, strategy), args.cpu, steps,
-                                  log_every, timeout)
+                                  log_every, timeout, args.flags)
       r = results[strategy]
       print(f"  done: {strategy} ({r.get('wall_s', 0):.0f} s)"
             + (f" -- {r.get('error') or r.get('note')}" if "error" in r or "note" in r else ""),
@@ -178,7 +181,8 @@ def main(argv: list[str] | None = None):
   if args.json:
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     with open(args.json, "w") as f:
-      json.dump({"cpu": args.cpu, "steps": steps, "log_every": log_every, "runs": results,
+      json.dump({"cpu": args.cpu, "steps": steps, "log_every": log_every, "flags": args.flags,
+                 "runs": results,
                  "overhead": verdict}, f, indent=1)
 
 

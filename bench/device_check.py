@@ -14,8 +14,8 @@ with a ``timeout_s`` of 540.
 Stages, in order (``--only`` picks some; a stage that fails or times out leaves the next ones their
 time; the process group of a stage past its cap is killed, so no GPU work outlives it):
 
-1. ``env``: python, jax, jaxlib, flax, optax, orbax, torch, numpy versions, the devices, the cuDNN
-   version, whether XLA accepts the tuned flags.
+1. ``env``: ``python -m bench.device_env`` (the versions, devices, cuDNN), and whether XLA accepts
+   the tuned flags (if not, the bench and the curriculum runs take the default ones).
 2. ``install``: the carried wheels (``pip install --no-index --no-deps --target``), then this
    package from its source (``--no-deps``: over the machine's own jax, flax, optax, orbax), and an
    import of ``andrea_jax.train`` from the installed copy alone. Every later stage runs the working
@@ -46,7 +46,8 @@ tables). The last lines printed are the verdicts against the targets:
 * >= 1.1x the PyTorch yardstick measured in the same run;
 * the curriculum's overhead under 1% of a step.
 
-This check has not run on a GPU yet; ``--dry`` runs it end to end on a CPU (tests/test_bench_gpu.py).
+This check has not run on a GPU yet; ``--dry`` runs it end to end on a CPU
+(tests/test_bench_gpu.py).
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ DRY_CAPS = {"env": (120, 10), "install": (180, 10), "tests": (300, 30), "bench":
             "curriculum": (600, 60), "bench_more": (900, 60)}
 GPU_BUDGET = 470          # seconds for the whole check: 8 minutes less the margin to stop cleanly
 BENCH_ROWS = ("cudnn", "torch", "xla")                 # the targets: the best causal row, PyTorch
+UNTUNED_ROWS = ("cudnn-default", "torch", "xla-default")   # if this XLA rejects the tuned flags
 MORE_ROWS = ("cudnn-packed", "cudnn-remat", "xla-packed", "cudnn-default")
 # The GPU-only tests, less the two that compile a whole training step (the bench compiles and runs
 # the real one; tests/test_gpu.py::test_train_step_with_cudnn_in_bf16_matches_float32 and
@@ -89,36 +91,6 @@ GPU_TESTS = ["tests/test_gpu.py::test_cudnn_model_in_bf16_matches_float32_xla",
              "tests/test_model.py::test_bf16_embedding_gradient_is_accumulated_in_float32",
              "tests/test_lower_cuda.py::test_lower_cudnn_attention_for_cuda_without_a_stub"]
 
-_ENV_PROBE = r"""
-import importlib.metadata as md, json, platform, sys
-out = {"python": platform.python_version(), "executable": sys.executable}
-for name in ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy", "torch",
-             "ml-collections", "tensorboardX"):
-  try:
-    out[name] = md.version(name)
-  except md.PackageNotFoundError:
-    out[name] = None
-try:
-  import jax
-  out["backend"] = jax.default_backend()
-  out["devices"] = [d.device_kind for d in jax.devices()]
-except Exception as e:
-  out["jax_error"] = f"{type(e).__name__}: {e}"[:300]
-try:
-  from jax._src.lib import cuda_versions
-  out["cudnn"] = cuda_versions.cudnn_get_version() if cuda_versions else None
-except Exception as e:
-  out["cudnn"] = f"unknown ({type(e).__name__})"
-try:
-  import torch
-  out["torch_cuda"] = torch.cuda.is_available()
-  out["torch_device"] = torch.cuda.get_device_name() if torch.cuda.is_available() else None
-except Exception as e:
-  out["torch_error"] = f"{type(e).__name__}: {e}"[:300]
-print("ENV " + json.dumps(out))
-"""
-
-
 class Check:
   """The stages' shared state: output folder, deadline, console log, results."""
 
@@ -130,6 +102,7 @@ class Check:
     self.site = tempfile.mkdtemp(prefix="andrea_site_")
     self.work = tempfile.mkdtemp(prefix="andrea_check_")
     self.results: dict = {"dry": dry, "budget_s": budget, "stages": {}}
+    self.tuned_flags = True   # whether XLA accepts bench/gpu.py's tuned flags (the env stage asks)
     self.log = open(os.path.join(out, "check.log"), "a")
 
   def say(self, text: str) -> None:
@@ -164,9 +137,7 @@ class Check:
           cwd: str = REPO) -> tuple[int | None, str]:
     """Runs ``cmd`` in its own process group, its output streamed to the console, check.log and
     ``tee``; ``(exit code or None if killed at timeout, output)``."""
-    # A probe's script (python -c) is shown by its first line only.
-    shown = [a.strip().splitlines()[0] + " ..." if "\n" in a.strip() else a for a in cmd]
-    self.say("$ " + " ".join(shown))
+    self.say("$ " + " ".join(cmd))
     sink = open(os.path.join(self.out, tee), "a") if tee else None
     proc = subprocess.Popen(cmd, cwd=cwd, env=env or self.env(), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace",
@@ -208,14 +179,18 @@ class Check:
 
 
 def stage_env(ck: Check, timeout: float):
-  code, text = ck.run([sys.executable, "-c", _ENV_PROBE], timeout)
+  code, text = ck.run([sys.executable, "-m", "bench.device_env"], timeout)
   found = [line[4:] for line in text.splitlines() if line.startswith("ENV ")]
   info = json.loads(found[-1]) if found else {}
-  if not ck.dry:   # an XLA that rejects a flag aborts at start-up: know it before the stages use it
-    probe = "import jax; jax.devices(); print('flags accepted')"
-    flags_code, flags_text = ck.run([sys.executable, "-c", probe], min(timeout, 60), env=ck.env(
-        {"XLA_FLAGS": gpu.FLAG_SETS["tuned"]}))
-    info["tuned_flags_accepted"] = flags_code == 0 and "flags accepted" in flags_text
+  # An XLA that does not know a flag aborts at start-up: ask before the stages use them.
+  probe = "import jax; jax.devices(); print('flags accepted')"
+  flags_code, flags_text = ck.run([sys.executable, "-c", probe], min(timeout, 60), env=ck.env(
+      {"XLA_FLAGS": gpu.FLAG_SETS["tuned"]}))
+  ck.tuned_flags = flags_code == 0 and "flags accepted" in flags_text
+  info["tuned_flags_accepted"] = ck.tuned_flags
+  if not ck.tuned_flags:
+    ck.say(f"XLA rejects the tuned flags ({gpu.FLAG_SETS['tuned']}): the bench and the curriculum "
+           "runs use the default ones")
   ok = code == 0 and bool(found) and (ck.dry or info.get("backend") == "gpu")
   return ("ok" if ok else "timed out" if code is None else "failed"), info
 
@@ -277,7 +252,8 @@ def stage_install(ck: Check, timeout: float):
   code, _ = _pip(ck, how + [_source_copy(ck)], deadline - time.perf_counter(), offline=offline)
   if code != 0:
     return ("timed out" if code is None else "failed"), figures
-  # The installed copy alone (no repository on the path), with the machine's jax, flax, optax, orbax.
+  # The installed copy alone (no repository on the path), with the machine's jax, flax, optax and
+  # orbax.
   probe = ("import andrea_jax, andrea_jax.train, ml_collections, tensorboardX; "
            "print('installed', andrea_jax.__file__)")
   env = ck.env({"PYTHONPATH": ck.site})
@@ -312,7 +288,7 @@ def _bench(ck: Check, timeout: float, rows: tuple[str, ...], name: str):
 
 
 def stage_bench(ck: Check, timeout: float):
-  return _bench(ck, timeout, BENCH_ROWS, "bench")
+  return _bench(ck, timeout, BENCH_ROWS if ck.tuned_flags else UNTUNED_ROWS, "bench")
 
 
 def stage_bench_more(ck: Check, timeout: float):
@@ -324,6 +300,7 @@ def stage_curriculum(ck: Check, timeout: float):
   cmd = [sys.executable, "-m", "bench.curriculum_gpu", f"--budget={max(timeout - 10, 1):.0f}",
          f"--workdir={os.path.join(ck.work, 'runs')}", f"--json={path}"]
   cmd += ["--cpu", "--steps=20", "--log_every=5"] if ck.dry else []
+  cmd += [] if ck.tuned_flags else ["--flags=default"]
   code, _ = ck.run(cmd, timeout, tee="curriculum_gpu.txt")
   figures = json.load(open(path)) if os.path.exists(path) else {}
   shutil.rmtree(os.path.join(ck.work, "runs"), ignore_errors=True)   # checkpoints: GBs on a GPU
@@ -359,8 +336,8 @@ def summary(results: dict) -> dict:
   cur = stages.get("curriculum", {}).get("figures", {})
   if cur.get("overhead"):
     out["curriculum_overhead"] = cur["overhead"]
-  # The host pipeline: the static run's step (real batches from the sampler, the same program) over
-  # the bench's packed cuDNN row (synthetic batches already on the device).
+  # The host pipeline: the static run's step (real batches from the sampler) over the bench's
+  # packed cuDNN row (the same model and mask, synthetic batches already on the device).
   rows = bench.get("rows", []) + stages.get("bench_more", {}).get("figures", {}).get("rows", [])
   packed = next((row["result"] for row in rows if row["name"] == "cudnn-packed"), {})
   static = cur.get("runs", {}).get("static", {})
@@ -382,7 +359,8 @@ def _summary_lines(results: dict) -> list[str]:
   fmt = {"tokens_per_s": lambda x: f"{x:,.0f} tokens/s", "mfu": lambda x: f"{x:.1%} MFU",
          "vs_torch": lambda x: f"{x:.2f}x PyTorch",
          "curriculum_overhead": lambda x: f"{x:+.2%} curriculum overhead",
-         "host_pipeline_overhead": lambda x: f"{x:+.2%} host pipeline (static run / packed row - 1)"}
+         "host_pipeline_overhead":
+             lambda x: f"{x:+.2%} host pipeline (static run / packed row - 1)"}
   target = {"tokens_per_s": ">= 470,000 (aim 520,000)", "mfu": ">= 40% (aim 45%)",
             "vs_torch": ">= 1.1x", "curriculum_overhead": "< 1% of a step",
             "host_pipeline_overhead": "(no target)"}

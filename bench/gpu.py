@@ -20,8 +20,8 @@ Rows (``--rows``, comma-separated, in the order given; the flag sets are printed
   xla-packed          XLA attention, the document mask
   cudnn-remat         cuDNN, causal, model.remat = True (memory for compute)
   cudnn-accum2        cuDNN, causal, optim.grad_accum_steps = 2 (memory of B=32, batch of 64)
-  cudnn-default       cuDNN, causal, no XLA flags (what the tuned flags bring)
-  cudnn-lhs, cudnn-no-triton-gemm, cudnn-no-cmd-buffer   one flag each (CUDA graphs off for the last)
+  cudnn-default       cuDNN, causal, no XLA flags (what the tuned flags bring); xla-default likewise
+  cudnn-lhs, cudnn-no-triton-gemm, cudnn-no-cmd-buffer   one flag each (the last: CUDA graphs off)
   torch               the PyTorch yardstick
 The default is every row; ``--quick`` is cudnn, cudnn-default and torch with 10 timed steps.
 
@@ -68,10 +68,12 @@ ROWS = {
     "cudnn-remat": dict(_CAUSAL, remat=True, label="cudnn, causal, remat, tuned"),
     "cudnn-accum2": dict(_CAUSAL, accum=2, label="cudnn, causal, 2 x B/2 accum, tuned"),
     "cudnn-default": dict(_CAUSAL, flags="default", label="cudnn, causal, default flags"),
+    "xla-default": dict(_CAUSAL, attn="xla", flags="default", label="xla, causal, default flags"),
     "cudnn-lhs": dict(_CAUSAL, flags="lhs", label="cudnn, causal, lhs flag only"),
     "cudnn-no-triton-gemm": dict(_CAUSAL, flags="no_triton_gemm",
                                  label="cudnn, causal, no triton gemm only"),
-    "cudnn-no-cmd-buffer": dict(_CAUSAL, flags="no_cmd_buffer", label="cudnn, causal, no CUDA graphs"),
+    "cudnn-no-cmd-buffer": dict(_CAUSAL, flags="no_cmd_buffer",
+                                label="cudnn, causal, no CUDA graphs"),
     "torch": dict(kind="torch", label="pytorch yardstick"),
 }
 QUICK_ROWS = ("cudnn", "cudnn-default", "torch")

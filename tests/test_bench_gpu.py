@@ -163,3 +163,24 @@ def test_a_stage_past_its_cap_is_stopped_with_everything_it_started(tmp_path):
   finally:
     ck.close()
   assert "timed out after 2 s" in (tmp_path / "check.log").read_text()
+
+
+@pytest.mark.slow
+def test_xla_rejecting_the_tuned_flags_turns_the_check_to_the_default_ones(tmp_path, monkeypatch):
+  # XLA aborts at start-up on a flag it does not know: the env stage finds out, and the bench and
+  # the curriculum runs then leave the tuned flags out.
+  monkeypatch.setitem(gpu.FLAG_SETS, "tuned", "--xla_no_such_flag_in_any_xla=true")
+  ck = device_check.Check(str(tmp_path), dry=True, budget=0, wheels=str(tmp_path))
+  try:
+    status, info = device_check.stage_env(ck, timeout=120)
+    assert status == "ok" and info["tuned_flags_accepted"] is False and not ck.tuned_flags
+    commands = []
+    monkeypatch.setattr(ck, "run", lambda cmd, *a, **k: (commands.append(cmd), (1, ""))[1])
+    device_check.stage_bench(ck, timeout=100)
+    device_check.stage_curriculum(ck, timeout=100)
+  finally:
+    ck.close()
+  assert f"--rows={','.join(device_check.UNTUNED_ROWS)}" in commands[0]
+  assert all(gpu.ROWS[name].get("flags", "default") == "default"
+             for name in device_check.UNTUNED_ROWS)
+  assert "--flags=default" in commands[1]

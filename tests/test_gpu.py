@@ -37,7 +37,8 @@ def _loss_and_grads(cfg: m.ModelConfig, params, tokens_BxT, seg_BxT):
   """Mean next-token cross-entropy over the real (segment > 0) tokens, and its gradient."""
   segment_ids = None if seg_BxT is None else jnp.asarray(seg_BxT)
   positions = None if seg_BxT is None else jnp.asarray(_positions(seg_BxT))
-  real_BxT = jnp.ones(tokens_BxT.shape) if seg_BxT is None else jnp.asarray(seg_BxT > 0, jnp.float32)
+  real_BxT = (jnp.ones(tokens_BxT.shape) if seg_BxT is None
+              else jnp.asarray(seg_BxT > 0, jnp.float32))
 
   def loss(p):
     logits = m.Transformer(cfg).apply({"params": p}, tokens_BxT, segment_ids=segment_ids,

@@ -2,9 +2,9 @@
 
 ``jit_step(run.step_config, state_shardings, batch_sharding)`` of experiments/andrea120m.py (bf16
 compute, B=64, T=1024, one device's mesh) is traced on abstract values (``jax.eval_shape``: nothing
-124M-sized is allocated) and lowered for the ``cuda`` platform, with the XLA and the cuDNN attention,
-with and without the document mask and remat. A shape, dtype or sharding error of the GPU program
-shows here, before a GPU is lent.
+124M-sized is allocated) and lowered for the ``cuda`` platform, with the XLA and the cuDNN
+attention, with and without the document mask and remat. A shape, dtype or sharding error of the
+GPU program shows here, before a GPU is lent.
 
 JAX lowers the cuDNN attention only after asking the CUDA plugin for the cuDNN version (at trace
 time, ``jax._src.cudnn.fused_attention_stablehlo.check_cudnn_version``). Without a CUDA plugin the
@@ -123,7 +123,7 @@ def test_lower_step_for_cuda_with_cudnn_attention(cudnn_version_query, document_
 def test_lower_step_for_cuda_with_xla_attention(document_mask, remat):
   text = _lower_step("xla", document_mask, remat)
   assert not any("cudnn" in name for name in _custom_calls(text))
-  # q k^T per layer, from bf16 q and k to float32 scores (softmax in float32), and again under remat.
+  # q k^T per layer, bf16 q and k to float32 scores (softmax in float32), and again under remat.
   scores = (f"{B}x{T}x{H}x{DH}xbf16", f"{B}x{T}x{H}x{DH}xbf16", f"{B}x{H}x{T}x{T}xf32")
   assert _dot_types(text).count(scores) == L * (2 if remat else 1)
   _check_dense_layers_bf16(text, remat)
