@@ -74,6 +74,7 @@ def run_one(strategy: str, workdir: str, cpu: bool, steps: int, log_every: int,
   env.setdefault("CUDA_VISIBLE_DEVICES", "0")
   env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
   env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + gpu.FLAG_SETS[flags]).strip()
+  env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.90")   # the GPU is this run's alone
   if cpu:
     env["JAX_PLATFORMS"] = "cpu"
   cmd = [sys.executable, "-m", "andrea_jax.main", "--config=experiments/andrea120m.py:v2",
