@@ -3,6 +3,7 @@ modes give every row a figure, the prepared GPU check (bench/device_check.py) ru
 dry mode and writes what the device tool can bring back, and the verdicts are the targets'
 arithmetic."""
 
+import ast
 import json
 import math
 import os
@@ -13,6 +14,8 @@ import time
 
 import pytest
 
+from andrea_jax import runconfig
+from bench import curriculum_gpu
 from bench import device_check
 from bench import gpu
 from tests.util import REPO
@@ -184,3 +187,43 @@ def test_xla_rejecting_the_tuned_flags_turns_the_check_to_the_default_ones(tmp_p
   assert all(gpu.ROWS[name].get("flags", "default") == "default"
              for name in device_check.UNTUNED_ROWS)
   assert "--flags=default" in commands[1]
+
+
+@pytest.mark.parametrize("cpu", [False, True], ids=["gpu", "cpu"])
+@pytest.mark.parametrize("name", [n for n in gpu.ROWS if gpu.ROWS[n]["kind"] == "jax"])
+def test_every_bench_row_builds_a_valid_run(name, cpu):
+  # The rows' configs validate here, so that no later validation breaks them unseen.
+  spec = dict(gpu.ROWS[name], name=name, cpu=cpu, batch=4 if cpu else 64,
+              seq_len=64 if cpu else 1024, steps=1)
+  run = runconfig.build(gpu._config(spec))
+  m = run.model_config
+  if cpu:   # the tiny model; cuDNN rows run the "auto" attention, XLA's on a CPU
+    assert (m.num_layers, m.d_model, m.max_len) == (2, 64, 64)
+    assert m.attention_impl == ("auto" if spec["attn"] == "cudnn" else spec["attn"])
+  else:
+    assert (m.num_layers, m.d_model, m.dtype) == (12, 768, "bfloat16")
+    assert m.attention_impl == spec["attn"]
+  assert run.step_config.document_mask == spec["packed"] and m.remat == spec["remat"]
+  assert run.step_config.grad_accum_steps == spec["accum"]
+
+
+@pytest.mark.parametrize("cpu", [False, True], ids=["gpu", "cpu"])
+def test_curriculum_runs_overrides_validate_on_andrea_120m(cpu):
+  from experiments import andrea120m
+  for strategy in curriculum_gpu.STRATEGIES:
+    c = andrea120m.get_config("v2")
+    flags = curriculum_gpu.overrides(cpu, 200, 20) + [f"--config.curriculum.strategy={strategy}"]
+    for flag in flags:
+      key, value = flag[len("--config."):].split("=", 1)
+      *sections, field = key.split(".")
+      node = c
+      for section in sections:
+        node = node[section]
+      try:
+        node[field] = ast.literal_eval(value)
+      except (ValueError, SyntaxError):
+        node[field] = value
+    run = runconfig.build(c)
+    assert run.curriculum_spec.strategy == strategy
+    assert (c.data.global_batch_size, c.optim.grad_accum_steps) == ((8, 1) if cpu else (64, 1))
+    assert c.train.stop_step == 200 and c.train.num_steps == 200_000
