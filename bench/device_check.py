@@ -64,6 +64,7 @@ import tempfile
 import threading
 import time
 
+from bench import curriculum_gpu
 from bench import gpu
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -72,11 +73,14 @@ STAGES = ("env", "install", "tests", "bench", "curriculum", "bench_more")
 # Seconds: (cap, least worth starting) per stage, on the GPU and in the dry run on a 2-core CPU. The
 # work outgrows 8 minutes if compiling ANDREA-120M's step takes much over 40 s: the stages come in
 # the order of what the targets need, and the summary prints the command that reruns the rest.
-CAPS = {"env": (45, 10), "install": (45, 10), "tests": (75, 30), "bench": (200, 100),
+CAPS = {"env": (45, 10), "install": (45, 10), "tests": (90, 30), "bench": (200, 100),
         "curriculum": (240, 150), "bench_more": (240, 45)}
 DRY_CAPS = {"env": (120, 10), "install": (180, 10), "tests": (300, 30), "bench": (600, 60),
             "curriculum": (600, 60), "bench_more": (900, 60)}
-GPU_BUDGET = 470          # seconds for the whole check: 8 minutes less the margin to stop cleanly
+OUTPUTS = ("results.json", "check.log", "tests.txt", "bench_gpu.txt", "curriculum_gpu.txt")
+# Seconds for the whole check: 8 minutes less the margin to stop a stage cleanly (5 s for SIGTERM,
+# 5 s after SIGKILL) and to write the summary.
+GPU_BUDGET = 460
 BENCH_ROWS = ("cudnn", "torch", "xla")                 # the targets: the best causal row, PyTorch
 UNTUNED_ROWS = ("cudnn-default", "torch", "xla-default")   # if this XLA rejects the tuned flags
 MORE_ROWS = ("cudnn-packed", "cudnn-remat", "xla-packed", "cudnn-default")
@@ -90,6 +94,7 @@ GPU_TESTS = ["tests/test_gpu.py::test_cudnn_model_in_bf16_matches_float32_xla",
              "tests/test_model.py::test_bf16_compute_keeps_float32_params_and_logits",
              "tests/test_model.py::test_bf16_embedding_gradient_is_accumulated_in_float32",
              "tests/test_lower_cuda.py::test_lower_cudnn_attention_for_cuda_without_a_stub"]
+
 
 class Check:
   """The stages' shared state: output folder, deadline, console log, results."""
@@ -158,7 +163,7 @@ class Check:
     except subprocess.TimeoutExpired:
       code = None
       self.say(f"[timed out after {timeout:.0f} s: stopping its process group]")
-      for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+      for sig, grace in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
         try:
           os.killpg(proc.pid, sig)
         except ProcessLookupError:
@@ -361,8 +366,10 @@ def _summary_lines(results: dict) -> list[str]:
          "curriculum_overhead": lambda x: f"{x:+.2%} curriculum overhead",
          "host_pipeline_overhead":
              lambda x: f"{x:+.2%} host pipeline (static run / packed row - 1)"}
-  target = {"tokens_per_s": ">= 470,000 (aim 520,000)", "mfu": ">= 40% (aim 45%)",
-            "vs_torch": ">= 1.1x", "curriculum_overhead": "< 1% of a step",
+  target = {"tokens_per_s": f">= {gpu.TARGET_TOKENS:,.0f} (aim {gpu.AIM_TOKENS:,.0f})",
+            "mfu": f">= {gpu.TARGET_MFU:.0%} (aim {gpu.AIM_MFU:.0%})",
+            "vs_torch": f">= {gpu.TARGET_RATIO}x",
+            "curriculum_overhead": f"< {curriculum_gpu.TARGET_OVERHEAD:.0%} of a step",
             "host_pipeline_overhead": "(no target)"}
   lines.append("")
   if results["dry"]:
@@ -408,11 +415,14 @@ def main(argv: list[str] | None = None):
   if unknown:
     raise SystemExit(f"bench/device_check.py: unknown stage(s) {', '.join(unknown)}; the stages "
                      f"are {', '.join(STAGES)}")
-  if "install" not in stages and set(stages) & {"tests", "bench", "curriculum"}:
+  if "install" not in stages and set(stages) - {"env"}:
     # The later stages import ml_collections and tensorboardX from the installed wheels.
     stages.insert(1 if stages[0] == "env" else 0, "install")
   out = args.out or os.environ.get("OUT") or os.path.join(REPO, "bench", "out", "device_check")
   os.makedirs(out, exist_ok=True)
+  for name in OUTPUTS:   # each call writes its own (the stages' tables are appended as they run)
+    if os.path.exists(os.path.join(out, name)):
+      os.remove(os.path.join(out, name))
   budget = args.budget if args.budget >= 0 else (0 if args.dry else GPU_BUDGET)
   ck = Check(out, args.dry, budget, args.wheels)
   ck.say(f"bench/device_check.py: stages {', '.join(stages)}; "

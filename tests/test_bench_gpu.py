@@ -69,8 +69,8 @@ def test_device_check_dry_run_end_to_end(tmp_path, data_cache):
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
   # What the device tool brings back: at most 8 files, no folder, plain names, under 16 MiB each.
   files = sorted(os.listdir(out_dir))
-  assert files == ["bench_gpu.txt", "check.log", "curriculum_gpu.txt", "results.json",
-                   "tests.txt"]
+  assert files == sorted(device_check.OUTPUTS) == ["bench_gpu.txt", "check.log",
+                                                  "curriculum_gpu.txt", "results.json", "tests.txt"]
   assert all(os.path.getsize(out_dir / f) < 16 * 2**20 for f in files)
   results = json.load(open(out_dir / "results.json"))
   stages = results["stages"]
@@ -142,9 +142,9 @@ def test_summary_verdicts_and_the_rerun_command():
   assert device_check.rerun(results) is None
   results["stages"]["curriculum"]["status"] = "timed out"
   results["stages"]["bench_more"]["status"] = "skipped"
-  # install (45) + curriculum (240) + bench_more (240) + 20 s: more than 8 minutes, so 470.
+  # install (45) + curriculum (240) + bench_more (240) + 20 s: more than the 460 s of one call.
   assert device_check.rerun(results) == (
-      "bash bench/device_check.sh --only=curriculum,bench_more --budget=470")
+      "bash bench/device_check.sh --only=curriculum,bench_more --budget=460")
 
 
 @pytest.mark.slow
