@@ -18,7 +18,17 @@ ARGS    ?=
 # single-threaded compilation, so two workers use both of CI's two cores. 0 runs it in one process.
 WORKERS ?= 2
 
-.PHONY: demo test test-fast bench notebooks clean
+.PHONY: demo test test-fast bench notebooks clean gpu-wheels
+
+# The prepared GPU check (bench/device_check.py) runs on a machine with no network whose image has
+# Python 3.12, jax, flax, optax, orbax, torch and most of our needs, but not these: their wheels go
+# into .whl/ beside the repository (ignored by git), and the check installs them with --no-deps.
+# .whl/build/ holds what pip needs to build andrea_jax itself there (pyproject.toml's build-system).
+GPU_PYTHON  ?= 3.12
+GPU_WHEELS  ?= ml-collections==1.1.0 tensorboardX==2.6.5
+GPU_BUILD   ?= setuptools==84.2.1 wheel==0.46.3 packaging==26.4
+GPU_PLATFORMS = $(foreach n,manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 \
+                  manylinux2014_x86_64 manylinux1_x86_64,--platform $(n))
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +56,14 @@ bench: $(VENV)/.test
 notebooks: $(VENV)/.test
 	$(PIP) install -q -e ".[notebooks]"
 	$(VENV)/bin/jupyter lab notebooks/
+
+gpu-wheels:
+	rm -rf .whl && mkdir -p .whl/build
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version $(GPU_PYTHON) \
+	  --implementation cp $(GPU_PLATFORMS) -d .whl $(GPU_WHEELS)
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version $(GPU_PYTHON) \
+	  --implementation cp $(GPU_PLATFORMS) -d .whl/build $(GPU_BUILD)
+	ls .whl .whl/build
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .hypothesis

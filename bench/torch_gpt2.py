@@ -7,8 +7,8 @@ clipping at 1.0, AdamW betas (0.9, 0.95), weight decay 0.1 on matrices), with th
 speed-ups: ``torch.compile``, ``F.scaled_dot_product_attention(is_causal=True)`` (flash attention on
 the GPU), bf16 autocast, fused AdamW, TF32 matmuls. Synthetic tokens; plain causal attention.
 
-Usage:
-  .venv/bin/python bench/torch_gpt2.py [--quick] [--cpu] [--json]
+Usage (from the repository root):
+  python -m bench.torch_gpt2 [--quick] [--cpu] [--json] [--steps N]
 
 ``--cpu`` uses a tiny model on the CPU (to check the script); ``--json`` prints one JSON line
 instead of the table (bench/gpu.py reads it).
@@ -150,6 +150,7 @@ def main():
   ap.add_argument("--json", action="store_true", help="print one JSON line")
   ap.add_argument("--batch", type=int, default=None)
   ap.add_argument("--seq_len", type=int, default=None)
+  ap.add_argument("--steps", type=int, default=0, help="timed steps (after 2 warm-up steps)")
   ap.add_argument("--no_compile", action="store_true", help="skip torch.compile")
   args = ap.parse_args()
   if args.cpu or not torch.cuda.is_available():
@@ -164,7 +165,7 @@ def main():
     batch, seq_len = args.batch or 64, args.seq_len or 1024
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
-  steps = 3 if args.quick and device == "cpu" else (10 if args.quick else 25)
+  steps = args.steps or (3 if args.quick and device == "cpu" else (10 if args.quick else 25))
   r = measure(shape, batch, seq_len, steps, device, compile_model=not args.no_compile)
   r.update(batch=batch, seq_len=seq_len, steps=steps)
   if args.json:
