@@ -186,6 +186,40 @@ def verify(step_dir: str) -> str | None:
   return None
 
 
+def reader(directory: str) -> ocp.CheckpointManager:
+  """A manager that reads the checkpoints of ``directory`` and writes nothing (``create=False``,
+  no custom root metadata); the items of :class:`Checkpoints`, ``state`` through the PyTree handler
+  (the format StandardCheckpointHandler writes), which can restore a part of the tree."""
+  return ocp.CheckpointManager(
+      directory, options=ocp.CheckpointManagerOptions(create=False,
+                                                      enable_async_checkpointing=False),
+      item_handlers={"state": ocp.PyTreeCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()})
+
+
+def saved_steps(directory: str) -> list[int]:
+  """Steps of the checkpoint ``directory`` that pass :func:`verify`, ascending (``[]`` when the
+  directory does not exist)."""
+  if not os.path.isdir(directory):
+    return []
+  steps = sorted(int(n) for n in os.listdir(directory) if n.isdigit())
+  return [s for s in steps if verify(os.path.join(directory, str(s))) is None]
+
+
+def newest_meta(directory: str) -> tuple[int, dict] | None:
+  """``(step, meta)`` of the newest checkpoint of ``directory`` that verifies, its arrays left
+  unread and nothing written (what a run checks before it builds anything); ``None`` when there
+  is none."""
+  steps = saved_steps(directory)
+  if not steps:
+    return None
+  mngr = reader(directory)
+  try:
+    meta = mngr.restore(steps[-1], args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+  finally:
+    mngr.close()
+  return steps[-1], meta if isinstance(meta, dict) else {}
+
+
 class Checkpoints:
   """Asynchronous checkpoints of a pytree ``state`` and a JSON ``meta`` dict under ``directory``.
 

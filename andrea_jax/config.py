@@ -16,10 +16,14 @@ overrides any field on the command line (``--config.optim.peak_lr=1e-3``). Secti
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import os
+from collections.abc import Sequence
 
 import ml_collections
+
+from andrea_jax.sources import SOURCES, check_sources, source_key
 
 
 def model_section() -> ml_collections.ConfigDict:
@@ -83,7 +87,7 @@ def train_section() -> ml_collections.ConfigDict:
   return t
 
 
-def eval_section() -> ml_collections.ConfigDict:
+def eval_section(sources: Sequence[str] = SOURCES) -> ml_collections.ConfigDict:
   e = ml_collections.ConfigDict()
   e.every = 500             # steps between evaluations (held-out loss per source, samples); 0 = only at the end
   e.sequences_per_source = 8  # held-out windows per source for the evaluation loss
@@ -91,11 +95,21 @@ def eval_section() -> ml_collections.ConfigDict:
   e.sample_tokens = 64      # tokens generated per sample
   e.temperature = 0.8       # sampling temperature (greedy samples are always taken too)
   e.top_k = 20              # top-k sampling; 0 = full distribution
+  # the source mixture the run aims at (relative weights; all 0 = none): its held-out loss,
+  # eval/target_loss, is reported beside the equal-weight mean (e.g. a corpus's declared target)
+  e.target = ml_collections.ConfigDict({source_key(s): 0.0 for s in sources})
   return e
 
 
-def base_config() -> ml_collections.ConfigDict:
-  """The whole run configuration with the tiny defaults; experiments override from here."""
+def base_config(sources: Sequence[str] = SOURCES, corpus: str = "synthetic"
+                ) -> ml_collections.ConfigDict:
+  """The whole run configuration with the tiny defaults; experiments override from here.
+
+  ``sources`` are the run's (``config.sources``, the order of every weight vector; ANDREA's
+  sixteen by default), ``corpus`` where their data comes from (``data.corpus``). Every section
+  keyed by source (``data.files``, the curriculum's mixture and geometries) is built for them: over
+  ANDREA's sixteen the curriculum is ANDREA's three regimes, over other sources the whole simplex.
+  """
   # Imported here so that importing this module stays light.
   from andrea_jax.cliff import cliff_config
   from andrea_jax.curriculum.config import curriculum_config
@@ -103,18 +117,60 @@ def base_config() -> ml_collections.ConfigDict:
   from andrea_jax.distributed import distributed_config
   from andrea_jax.sharding import mesh_section
 
+  sources = check_sources(sources)
   c = ml_collections.ConfigDict()
   c.seed = 0                # the run's one seed; every random stream is derived from it
+  # the run's data sources, in the order of every mixture weight vector (names of letters, digits,
+  # "-" and "_"; a config key writes "-" as "_"); change them with with_sources()
+  c.sources = sources
   c.model = model_section()
-  c.data = data_config()
+  c.data = data_config(sources, corpus)
   c.optim = optim_section()
-  c.curriculum = curriculum_config()
+  c.curriculum = curriculum_config(sources=sources)
   c.train = train_section()
-  c.eval = eval_section()
+  c.eval = eval_section(sources)
   c.cliff = cliff_config()  # the zombie-cliff detector (andrea_jax.cliff)
   c.mesh = mesh_section()   # device mesh (data, fsdp) and the FSDP rule (andrea_jax.sharding)
   c.distributed = distributed_config()  # multi-host start-up (andrea_jax.distributed)
   return c
+
+
+def with_sources(config: ml_collections.ConfigDict, sources: Sequence[str], *,
+                 geometries: ml_collections.ConfigDict | None = None
+                 ) -> ml_collections.ConfigDict:
+  """``config`` over other ``sources``: ``config.sources`` and every section keyed by source made
+  anew for them, the rest kept.
+
+  ``data.files`` and ``eval.target`` keep the entries of the sources that stay (the new get
+  empty ones);
+  ``curriculum.static_mixture`` becomes uniform; ``curriculum.geometries`` becomes ``geometries``
+  (default: the whole simplex over ``sources``, :func:`andrea_jax.curriculum.full_simplex`;
+  :func:`andrea_jax.curriculum.three_regimes` gives ANDREA's curriculum over them).
+
+  Example:
+    >>> c = with_sources(load_config_file("experiments/tiny.py"), ["code", "docs", "reference"])
+    >>> c.sources, sorted(c.data.files.keys())
+    (('code', 'docs', 'reference'), ['code', 'docs', 'reference'])
+  """
+  from andrea_jax.curriculum.config import full_simplex
+  from andrea_jax.data.config import source_files
+
+  sources = check_sources(sources)
+  out = copy.deepcopy(config)
+  with out.unlocked():
+    out.sources = sources
+    keep = out.data.files
+    out.data.files = ml_collections.ConfigDict(
+        {source_key(s): keep[source_key(s)] if source_key(s) in keep else source_files()
+         for s in sources})
+    out.curriculum.static_mixture = ml_collections.ConfigDict(
+        {source_key(s): 1.0 for s in sources})
+    target = out.eval.target
+    out.eval.target = ml_collections.ConfigDict(
+        {source_key(s): target[source_key(s)] if source_key(s) in target else 0.0
+         for s in sources})
+    out.curriculum.geometries = full_simplex(sources) if geometries is None else geometries
+  return out
 
 
 def load_config_file(spec: str | os.PathLike) -> ml_collections.ConfigDict:

@@ -1,5 +1,13 @@
 """Evaluation during training: held-out loss per source, and text samples with their repetition.
 
+Each evaluation record holds, for every source the run samples, the held-out loss in nats per
+token (``eval/loss/<source>``) and in bits per byte (``eval/bpb/<source>``, comparable across
+tokenizers and with character-level results: :mod:`andrea_jax.data.bpb`), their equal-weight means
+(``eval/mean_loss``, ``eval/mean_bpb``), the loss on the run's target mixture (``eval/target_loss``
+and ``eval/target_bpb``, when ``eval.target`` names one), and greedy and sampled continuations of
+fixed prompts with their repetition and, when the corpus has a vocabulary, the share of their words
+that are words of the corpus (``eval/word_share``: :mod:`andrea_jax.data.wordshare`).
+
 The held-out windows are fixed (the same at every evaluation and in every resumed run); the sampling
 keys are ``fold_in(eval_key, step)``. So an evaluation record is a deterministic function of the
 parameters and the step, and goes into ``metrics.jsonl`` with the training records.
@@ -18,6 +26,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from andrea_jax import data as data_lib
 from andrea_jax import repetition
+from andrea_jax.data import bpb, wordshare
 from andrea_jax import sharding
 from andrea_jax import step as step_lib
 from andrea_jax.generate import generate
@@ -51,8 +60,10 @@ class Evaluator:
   """
 
   def __init__(self, run, config: ml_collections.ConfigDict, data, tokenizer, key: jax.Array,
-               workdir: str | None = None, *, mesh: Mesh | None = None):
+               workdir: str | None = None, *, mesh: Mesh | None = None,
+               vocabulary: frozenset[str] | None = None):
     self.run_ = run
+    self.vocabulary = vocabulary
     self.cfg = config.eval
     self.tokenizer = tokenizer
     self.key = key
@@ -70,6 +81,9 @@ class Evaluator:
       parts.append(b)
       self.eval_sources.append(name)
     self.batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    # Bits per byte: each source's held-out tokens per byte, read once.
+    self.tokens_per_byte = {n: bpb.heldout_tokens_per_byte(data, n, tokenizer)
+                            for n in self.eval_sources}
     devices = mesh.devices.size if mesh is not None else 1
     micro = config.data.global_batch_size // config.optim.grad_accum_steps   # a multiple of devices
     rows = len(self.batch["inputs"])
@@ -125,15 +139,30 @@ class Evaluator:
       out.append(row)
     return out
 
+  def loss_record(self, losses: dict[str, float]) -> dict[str, float]:
+    """The held-out part of a record, from each source's loss (nats/token): bits per byte, the
+    equal-weight means and the target mixture's loss."""
+    bits = {n: bpb.bits_per_byte(v, self.tokens_per_byte[n]) for n, v in losses.items()}
+    rec = {"eval/mean_loss": float(np.mean(list(losses.values()))),
+           "eval/mean_bpb": float(np.mean(list(bits.values())))}
+    rec.update({f"eval/loss/{n}": v for n, v in losses.items()})
+    rec.update({f"eval/bpb/{n}": v for n, v in bits.items()})
+    if self.run_.target is not None:
+      w = dict(zip(self.run_.sources, self.run_.target))
+      rec["eval/target_loss"] = float(sum(w[n] * v for n, v in losses.items()))
+      rec["eval/target_bpb"] = float(sum(w[n] * v for n, v in bits.items()))
+    return rec
+
   def run(self, params, step: int) -> dict[str, Any]:
     """One evaluation record for ``metrics.jsonl`` (and a block appended to ``samples.txt``)."""
-    losses = self.losses(params)
-    rec: dict[str, Any] = {"step": step, "eval/mean_loss": float(np.mean(list(losses.values())))}
-    rec.update({f"eval/loss/{n}": v for n, v in losses.items()})
+    rec: dict[str, Any] = {"step": step, **self.loss_record(self.losses(params))}
     samples = self.samples(params, step)
     if samples:
       rec["eval/repetition"] = float(np.mean([s["sampled_repetition"] for s in samples]))
       rec["eval/greedy_repetition"] = float(np.mean([s["greedy_repetition"] for s in samples]))
+      if self.vocabulary is not None:
+        texts = [s[mode] for s in samples for mode in ("greedy", "sampled")]
+        rec["eval/word_share"] = wordshare.word_share(texts, self.vocabulary)
       rec["samples"] = samples
       if self.samples_path and jax.process_index() == 0:
         with open(self.samples_path, "a") as f:

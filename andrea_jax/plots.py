@@ -25,6 +25,18 @@ def summary_plot(workdir: str, sources: Sequence[str],
 
   ``regimes`` is a list of ``(start_step, name)``, drawn as vertical lines with labels.
   """
+  import matplotlib.pyplot as plt
+  fig = summary_figure(workdir, sources, regimes)
+  path = path or os.path.join(workdir, "summary.png")
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return path
+
+
+def summary_figure(workdir: str, sources: Sequence[str],
+                   regimes: Sequence[tuple[int, str]] = ()):
+  """The figure :func:`summary_plot` saves (a ``matplotlib.figure.Figure``), each source's curves
+  labelled with its name."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
@@ -70,7 +82,4 @@ def summary_plot(workdir: str, sources: Sequence[str],
     axes[0].annotate(name, (start, 1.0), xycoords=("data", "axes fraction"), rotation=90,
                      va="top", ha="right", fontsize=8)
   fig.tight_layout()
-  path = path or os.path.join(workdir, "summary.png")
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  return path
+  return fig

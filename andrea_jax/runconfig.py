@@ -11,7 +11,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import warnings
-from typing import Any
 
 import jax
 import ml_collections
@@ -22,7 +21,7 @@ from andrea_jax import optim
 from andrea_jax import sharding
 from andrea_jax import sources as sources_lib
 from andrea_jax import step as step_lib
-from andrea_jax.data.config import validate_data_config
+from andrea_jax.data.config import validate_data_config, without_data
 from andrea_jax.model import ModelConfig, Transformer
 
 # Dense bf16 peak FLOP/s by device kind, for MFU. CPU has no meaningful peak: MFU is not reported.
@@ -33,7 +32,7 @@ PEAK_FLOPS = {   # first match wins: the PCIe and NVL parts before the SXM "H100
 }
 
 
-def peak_flops(device: Any = None) -> float | None:
+def peak_flops(device: jax.Device | None = None) -> float | None:
   """Peak dense bf16 FLOP/s of one device, summed over local devices; ``None`` when unknown."""
   devices = jax.local_devices() if device is None else [device]
   kind = devices[0].device_kind
@@ -53,6 +52,7 @@ class Run:
   sources: tuple[str, ...]
   used_sources: tuple[str, ...]
   mesh_shape: tuple[int, int] = (1, 1)   # (data, fsdp) devices, resolved against this machine
+  target: tuple[float, ...] | None = None   # eval.target normalised, one weight per source
 
 
 # Steps, counts and sizes travel as int32 inside the compiled step.
@@ -97,6 +97,29 @@ def validate_eval_config(cfg: ml_collections.ConfigDict) -> None:
   if (not isinstance(cfg.prompts, (list, tuple))
       or not all(isinstance(p, str) and p for p in cfg.prompts)):
     raise TypeError(f"eval.prompts must be a list of non-empty strings, got {cfg.prompts!r}")
+
+
+def eval_target(cfg: ml_collections.ConfigDict, sources: tuple[str, ...],
+                used: tuple[str, ...]) -> tuple[float, ...] | None:
+  """``eval.target`` normalised, one weight per source (``None`` when every weight is 0); a
+  ``ValueError`` for an unknown name, a weight that is not a finite number >= 0, or weight on a
+  source the run never samples (it has no held-out loss)."""
+  keys = {sources_lib.source_key(s): s for s in sources}
+  given = dict(cfg.target)
+  unknown = sorted(set(given) - set(keys))
+  if unknown:
+    raise ValueError(f"eval.target names {unknown}, not sources of the run ({list(keys)})")
+  w_S = []
+  for key, name in keys.items():
+    w = given.get(key, 0.0)
+    if isinstance(w, bool) or not isinstance(w, (int, float)) or not w >= 0 or w == float("inf"):
+      raise ValueError(f"eval.target.{key} must be a finite number >= 0, got {w!r}")
+    if w and name not in used:
+      raise ValueError(f"eval.target.{key} = {w} weighs a source no geometry lets the run sample "
+                       "(it has no held-out loss)")
+    w_S.append(float(w))
+  total = sum(w_S)
+  return tuple(w / total for w in w_S) if total else None
 
 
 def model_config(config: ml_collections.ConfigDict, vocab_size: int | None = None) -> ModelConfig:
@@ -156,9 +179,10 @@ def build(config: ml_collections.ConfigDict) -> Run:
   seed = config.seed
   if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
     raise ValueError(f"seed must be an integer in [0, 2**31), got {seed!r}")
+  sources = sources_lib.check_sources(config.sources)
   validate_train_config(config.train)
   validate_eval_config(config.eval)
-  validate_data_config(config.data)
+  validate_data_config(config.data, sources)
   num_steps = config.train.num_steps
   tx = optim.make_optimizer(config.optim, num_steps)      # validates the optim section
   mcfg = model_config(config)
@@ -181,8 +205,15 @@ def build(config: ml_collections.ConfigDict) -> Run:
         f"data.global_batch_size = {batch} is not a multiple of optim.grad_accum_steps x devices = "
         f"{accum} x {devices} (mesh.data x mesh.fsdp = {data} x {fsdp}): each of the {accum} "
         f"micro-batches must give every device whole rows")
-  sources = sources_lib.SOURCES
   spec = curriculum.spec_from_config(config.curriculum, sources=sources)
+  used = curriculum.used_sources(spec)
+  empty = without_data(config.data, sources, used)
+  if empty:   # before anything is read, every source at once
+    raise ValueError(
+        f"no data for the sources {empty}: set data.files.<source>.paths (files) or .format='hf' "
+        f"with .dataset (a Hugging Face dataset) for "
+        f"{', '.join(sources_lib.source_key(s) for s in empty)}, or give them a ceiling of 0 in "
+        "every geometry")
   late = [f"{name} ({start})" for name, start in zip(spec.geometry_names, spec.starts.tolist())
           if start >= num_steps]
   if late:   # e.g. train.num_steps overridden without the start steps laid out for the old length
@@ -195,5 +226,5 @@ def build(config: ml_collections.ConfigDict) -> Run:
       max_nonfinite_steps=config.train.max_nonfinite_steps,
       document_mask=config.train.document_mask)
   return Run(model_config=mcfg, step_config=step_cfg, curriculum_spec=spec, cliff_cfg=cliff_cfg,
-             sources=sources, used_sources=tuple(curriculum.used_sources(spec)),
-             mesh_shape=(data, fsdp))
+             sources=sources, used_sources=tuple(used), mesh_shape=(data, fsdp),
+             target=eval_target(config.eval, sources, tuple(used)))

@@ -1,14 +1,17 @@
-"""The sixteen data sources of ANDREA, their order, and name <-> index lookups.
+"""Source names: the rule every run's names follow, and ANDREA's sixteen as a preset.
 
-This module is the single place where the source names and their order live. Every weight vector in the
-package is a ``[16]`` array in this order.
+A run declares its sources in its config (``config.sources``, an ordered list of names); every
+weight vector of the run is in that order. :func:`check_sources` is the rule a list must follow.
 
-The source document names ten sources (:data:`SEED_SOURCES`). It does not name the other six; they get
-neutral names here, ``extra-01`` to ``extra-06`` (:data:`EXTRA_SOURCES`), and are not part of the document.
+ANDREA's sixteen sources (:data:`SOURCES`) are the preset the ANDREA experiments and the synthetic
+built-in corpus use. The source document names ten of them (:data:`SEED_SOURCES`); it does not name
+the other six, which get neutral names here, ``extra-01`` to ``extra-06`` (:data:`EXTRA_SOURCES`),
+and are not part of the document.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 
 SEED_SOURCES: tuple[str, ...] = (
@@ -29,7 +32,7 @@ EXTRA_SOURCES: tuple[str, ...] = tuple(f"extra-{i:02d}" for i in range(1, 7))
 """Six neutral names for the sources the document counts but does not name."""
 
 SOURCES: tuple[str, ...] = SEED_SOURCES + EXTRA_SOURCES
-"""All sixteen sources; the order of every mixture weight vector."""
+"""ANDREA's sixteen sources, in ANDREA's order: the preset of the ANDREA experiments."""
 
 NUM_SOURCES: int = len(SOURCES)
 
@@ -60,17 +63,45 @@ def source_indices(names: Iterable[str], sources: Sequence[str] = SOURCES) -> li
   return [source_index(n, sources) for n in names]
 
 
+# What the command line can spell: a config key (the name, '-' written '_') must be one word of a
+# dotted flag path (--config.data.files.<key>.paths).
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+
+
+def source_key(name: str) -> str:
+  """The config key of a source: ``"hermes3-general" -> "hermes3_general"`` (a flag path cannot
+  hold ``-``)."""
+  return name.replace("-", "_")
+
+
 def check_sources(sources: Sequence[str], field: str = "sources") -> tuple[str, ...]:
-  """Validate a list of source names (non-empty strings, unique); returns it as a tuple."""
+  """Validate a list of source names; returns it as a tuple.
+
+  Each name is a non-empty string of letters, digits, ``-`` and ``_`` starting with a letter (what
+  a command-line override can spell, ``-`` read as ``_``); no name is listed twice, and no two
+  names collide once ``-`` is written ``_``. ``field`` names the list in errors.
+
+  Example: ``check_sources(["code", "docs"])`` is ``("code", "docs")``;
+  ``check_sources(["a b"])`` raises ``ValueError: sources: 'a b' ...``.
+  """
   if isinstance(sources, str):
     raise TypeError(f"{field} must be a sequence of names, got the string {sources!r}")
   out = tuple(sources)
   if not out:
-    raise ValueError(f"{field} is empty")
+    raise ValueError(f"{field} is empty: a run needs at least one source")
   for s in out:
     if not isinstance(s, str) or not s:
       raise TypeError(f"{field} contains {s!r}, which is not a non-empty string")
+    if not _NAME.fullmatch(s):
+      raise ValueError(f"{field}: {s!r} has characters a command-line override cannot spell "
+                       "(use letters, digits, '-' and '_', starting with a letter)")
   dup = sorted({s for s in out if out.count(s) > 1})
   if dup:
     raise ValueError(f"{field} lists {dup} more than once")
+  keys = {}
+  for s in out:
+    other = keys.setdefault(source_key(s), s)
+    if other != s:
+      raise ValueError(f"{field}: {other!r} and {s!r} are the same key {source_key(s)!r} once "
+                       "'-' is written '_' (as the command line spells it): rename one")
   return out

@@ -44,6 +44,7 @@ from andrea_jax import logs
 from andrea_jax import plots
 from andrea_jax import runconfig
 from andrea_jax import sharding
+from andrea_jax import sources as sources_lib
 from andrea_jax import step as step_lib
 from andrea_jax.model import flops_per_token, init_params
 
@@ -244,7 +245,8 @@ class _Opened:
 def _open(run: runconfig.Run, config: ml_collections.ConfigDict, workdir: str) -> _Opened:
   """The data, the device mesh, a fresh sharded state, the jitted step and the checkpoints."""
   tokenizer = data_lib.load_tokenizer(config.data.tokenizer)
-  data = data_lib.open_training_data(config.data, tokenizer, required=run.used_sources)
+  data = data_lib.open_training_data(config.data, tokenizer, sources=run.sources,
+                                     required=run.used_sources)
   keys = run_keys(config.seed)
   mesh_cfg = runconfig.mesh_config(config)
   mesh = sharding.make_mesh(mesh_cfg)
@@ -260,6 +262,25 @@ def _open(run: runconfig.Run, config: ml_collections.ConfigDict, workdir: str) -
                                        keep=config.train.keep_checkpoints,
                                        keep_period=config.train.keep_period),
       state=state)
+
+
+def check_sources(directory: str, sources: Sequence[str]) -> None:
+  """A ``CheckpointError`` naming both lists when the newest checkpoint was saved over other
+  sources, or the same in another order: every weight vector, the detector's window and the
+  logs would mean other sources. Reads only the checkpoint's metadata (before anything
+  compiles)."""
+  newest = ckpt_lib.newest_meta(directory)
+  if newest is None:
+    return
+  step, meta = newest
+  config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+  # Saved before runs declared their sources: ANDREA's sixteen, the only ones there were.
+  saved = tuple(meta.get("sources") or config.get("sources") or sources_lib.SOURCES)
+  if saved != tuple(sources):
+    raise ckpt_lib.CheckpointError(
+        f"the checkpoint at step {step} in {directory} was saved over the sources "
+        f"{list(saved)}, and this run's are {list(sources)}: resume with the same list in the "
+        "same order, or use another workdir")
 
 
 def resume(checkpoints: ckpt_lib.Checkpoints, state: step_lib.TrainState,
@@ -337,8 +358,9 @@ class _Loop:
     self.is_main = jax.process_index() == 0
     self.logger = logs.RunLogger(workdir, resume_step=start, is_writer=self.is_main,
                                  tensorboard=config.train.tensorboard)
-    self.evaluator = eval_lib.Evaluator(run, config, opened.data, opened.tokenizer,
-                                        opened.keys["eval"], workdir, mesh=opened.mesh)
+    self.evaluator = eval_lib.Evaluator(
+        run, config, opened.data, opened.tokenizer, opened.keys["eval"], workdir,
+        mesh=opened.mesh, vocabulary=data_lib.corpus_vocabulary(config.data))
     if self.is_main and self.evaluator.samples_path:
       logs.truncate_samples(self.evaluator.samples_path, start)
     self.feed = feed_lib.ScheduleFeed(curriculum.schedule(self.state.curriculum), start,
@@ -381,8 +403,9 @@ class _Loop:
     # A halted run saves nothing past its last good state.
     _raise_if_halted(self.run, self.state.halted_at)
     if at not in self.saved:
-      self.opened.checkpoints.save(at, self.state, {"step": at, "config": self.config.to_dict(),
-                                                    "data": self.opened.data_digest})
+      self.opened.checkpoints.save(at, self.state, {
+          "step": at, "config": self.config.to_dict(), "data": self.opened.data_digest,
+          "sources": list(self.run.sources)})
       self.saved.add(at)
 
   def evaluate(self, at: int) -> dict:
@@ -475,6 +498,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       signals.deliver(early_signals[0])
     run = runconfig.build(config)            # validates everything; raises before any compilation
     make_workdir(workdir)
+    check_sources(os.path.join(workdir, "checkpoints"), run.sources)   # before anything compiles
     opened = _open(run, config, workdir)
     try:
       start, opened.state = resume(opened.checkpoints, opened.state, config, opened.data_digest)

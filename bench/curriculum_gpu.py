@@ -1,7 +1,8 @@
 """The curriculum's overhead at GPU speed: ANDREA-120M trained 200 steps with the ANDREA curriculum
 and with the static mixture, by the real launcher, printed as one table.
 
-Both runs are ``python -m andrea_jax.main --config=experiments/andrea120m.py:v2`` (bf16, T=1024,
+Both runs are ``python -m andrea_jax.main --config=experiments/andrea120m.py:v2:synthetic``
+(bf16, T=1024,
 the document mask, the v2 warmup geometry: seven sources) on one GPU, cut to what one GPU holds
 (B=64 rows, no gradient accumulation) and stopped at step 200 (``train.stop_step``: the schedules
 stay laid out over 200K steps), on the built-in corpus through the real host pipeline (the mixture
@@ -43,7 +44,7 @@ TARGET_OVERHEAD = 0.01                  # of a step
 
 
 def overrides(cpu: bool, steps: int, log_every: int) -> list[str]:
-  """The command-line overrides of experiments/andrea120m.py:v2 shared by both runs."""
+  """The command-line overrides of experiments/andrea120m.py:v2:synthetic shared by both runs."""
   o = {"data.global_batch_size": 64, "optim.grad_accum_steps": 1, "train.stop_step": steps,
        "train.log_every": log_every, "train.checkpoint_every": 0, "train.progress_bar": False,
        "train.plot": False, "train.tensorboard": False,
@@ -77,7 +78,7 @@ def run_one(strategy: str, workdir: str, cpu: bool, steps: int, log_every: int,
   env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.90")   # the GPU is this run's alone
   if cpu:
     env["JAX_PLATFORMS"] = "cpu"
-  cmd = [sys.executable, "-m", "andrea_jax.main", "--config=experiments/andrea120m.py:v2",
+  cmd = [sys.executable, "-m", "andrea_jax.main", "--config=experiments/andrea120m.py:v2:synthetic",
          f"--workdir={workdir}", f"--config.curriculum.strategy={strategy}",
          *overrides(cpu, steps, log_every)]
   t0 = time.perf_counter()

@@ -1,10 +1,21 @@
 r"""The real ANDREA-120M run, 200K steps, in the three versions of the source document.
 
-  python -m andrea_jax.main --config=experiments/andrea120m.py:v2 --workdir=runs/andrea120m_v2
+  python -m andrea_jax.data.prepare --config=experiments/andrea120m.py:v3 --out=/data/andrea
+  python -m andrea_jax.main --config=experiments/andrea120m.py:v3 --workdir=runs/andrea120m_v3 \
+      --config.data.prepared_dir=/data/andrea
 
-one process per host (8 GPUs each; see the README's launch recipes for several hosts and TPU VMs).
+one process per host (8 GPUs each; see docs/launching.md for several hosts and TPU VMs). The first
+command prepares every source once (on one machine, before the launch), the second trains on it.
 
-Variants (the argument after the colon):
+Data (the argument's second part, ``v3:hub`` by default): ``hub`` reads the sources from public
+Hugging Face datasets where one is named with confidence (:data:`andrea_jax.data.andrea_sources.
+HUB_SOURCES`: smoltalk, oasst, gutenberg and chat); the other twelve are left for you to point at
+your data (``--config.data.files.<source>.paths=...``, or ``.format=hf`` with ``.dataset=...``),
+and the run refuses to start while any source it samples has no data, naming them all.
+``synthetic`` trains on the synthetic built-in corpus instead (no data needed: the speed
+benchmarks run so, e.g. ``--config=experiments/andrea120m.py:v2:synthetic``).
+
+Variants (the argument's first part):
   v1 -- AdamW's first step at the peak rate 3e-4 (warmup_steps = 0) on the full simplex from step 0:
         v2 introduced both warmups (the learning-rate ramp and the seven-source curriculum warmup).
   v2 -- a 2000-step linear learning-rate warmup; the curriculum starts on the seven warmup sources
@@ -37,16 +48,22 @@ import ml_collections
 
 from andrea_jax import config as config_lib
 from andrea_jax.curriculum import andrea_geometries, geometry
+from andrea_jax.data.andrea_sources import HUB_SOURCES
 from andrea_jax.model import andrea_120m
+from andrea_jax.sources import source_key
 
 NUM_STEPS = 200_000                         # the seed: a 200K-step run
 VARIANTS = ("v1", "v2", "v3")
+DATA = ("hub", "synthetic")
 
 
-def get_config(variant: str = "v2") -> ml_collections.ConfigDict:
-  if variant not in VARIANTS:
-    raise ValueError(f"experiments/andrea120m.py takes one of {VARIANTS} after the colon, "
-                     f"got {variant!r}")
+def get_config(spec: str = "v2") -> ml_collections.ConfigDict:
+  """``variant[:data]``: v1, v2 or v3, on the Hub datasets (default) or the synthetic corpus."""
+  variant, _, data = spec.partition(":")
+  data = data or "hub"
+  if variant not in VARIANTS or data not in DATA:
+    raise ValueError(f"experiments/andrea120m.py takes one of {VARIANTS} after the colon, then "
+                     f"optionally one of {DATA}, got {spec!r}")
   c = config_lib.base_config()
   c.train.num_steps = NUM_STEPS
 
@@ -61,9 +78,8 @@ def get_config(variant: str = "v2") -> ml_collections.ConfigDict:
   # (--config.model.vocab_size=0 takes the tokenizer's size: 86M parameters with bytes.)
   c.data.tokenizer = "bytes"
   c.model.vocab_size = 50_257
-  # Data (not in the seed): the built-in corpus is synthetic and small; a real run points every
-  # source at its files, e.g.
-  #   --config.data.corpus=files --config.data.files.chat.paths=/data/chat/*.jsonl
+  if data == "hub":
+    set_hub_sources(c)
 
   # Batch and context (not in the seed): GPT-2 small's 0.5M tokens per step, context 1024.
   c.data.seq_len = 1024
@@ -98,3 +114,15 @@ def get_config(variant: str = "v2") -> ml_collections.ConfigDict:
   c.eval.every = 2000
   c.eval.sequences_per_source = 16
   return c
+
+
+def set_hub_sources(c: ml_collections.ConfigDict) -> None:
+  """Points each source of :data:`HUB_SOURCES` at its verified dataset (``data.corpus = "files"``,
+  ``format = "hf"``, streamed); the other sources keep no data, for the user to set."""
+  c.data.corpus = "files"
+  for source, verified in HUB_SOURCES.items():
+    spec, f = verified.spec, c.data.files[source_key(source)]
+    f.format, f.dataset, f.split = "hf", spec.dataset, spec.split
+    f.subset, f.layout, f.text_field = spec.subset or "", spec.layout, spec.text_field
+    f.messages_field = spec.messages_field
+    f.streaming = True       # read as it is tokenized: no need to hold a whole dataset on disk

@@ -5,7 +5,7 @@ r"""The main job under a mixture schedule read from a JSON file (a mixture fitte
 The argument is the file (:mod:`andrea_jax.curriculum.mixture_file`): either a schedule, e.g. a
 fitted mixture for the first half of the run, then uniform::
 
-  {"schedule": [{"start": 0.0, "mixture": {"dictionary": 3, "chat": 2}}, {"start": 0.5}]}
+  {"schedule": [{"start": 0.0, "mixture": {"reference": 3, "docstrings": 2}}, {"start": 0.5}]}
 
 or weights held in the main job's own geometries (``{"geometries": {"v2_firehose": {...}}}``).
 Everything else is ``experiments/tiny.py``'s main job, under the static strategy (each part holds
@@ -21,7 +21,6 @@ import pathlib
 
 from andrea_jax.config import load_config_file
 from andrea_jax.curriculum import read_mixture_file
-from andrea_jax.sources import SOURCES
 
 
 def get_config(path: str | None = None):
@@ -31,6 +30,7 @@ def get_config(path: str | None = None):
                      "--config=experiments/mixture_file.py:fit.json")
   c = load_config_file(pathlib.Path(__file__).with_name("tiny.py"))   # the main job
   c.curriculum.strategy = "static"
-  c.curriculum.geometries = read_mixture_file(path, num_steps=c.train.num_steps, sources=SOURCES,
+  c.curriculum.geometries = read_mixture_file(path, num_steps=c.train.num_steps,
+                                              sources=c.sources,
                                               geometries=c.curriculum.geometries)
   return c

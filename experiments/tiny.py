@@ -1,34 +1,47 @@
-r"""The main job: a tiny ANDREA on the built-in 16-source corpus, the whole curriculum scaled down.
+r"""The main job: a tiny ANDREA on real text, the curriculum's three geometries scaled down.
 
   make demo                       # = python -m andrea_jax.main --config=experiments/tiny.py --workdir=runs/tiny
   python -m andrea_jax.main --config=experiments/tiny.py --workdir=runs/tiny --config.train.stop_step=200
+
+The data is the ``stdlib`` built-in corpus (:mod:`andrea_jax.data.stdlib_corpus`): six sources cut
+from the Python standard library of the interpreter that runs it, built in seconds, no download:
+``python-code``, ``docstrings``, ``reference`` (the language reference), ``notes``, ``licenses``
+and ``noisy-docstrings`` (a corrupted copy of the docstrings). The curriculum is ANDREA's, over
+these sources, at ANDREA's fractions of the run (``andrea_jax.curriculum.three_regimes``):
+
+* ``v2_warmup`` (the first 10%): only the clean English about Python (docstrings, reference,
+  notes), as ANDREA's warmup kept to its conversational sources;
+* ``v2_firehose`` (to 56%): all six sources;
+* ``v3_polish`` (the rest): ``docstrings >= 0.5`` (a floor on a target source), ``licenses`` (the
+  memorisable boilerplate, this corpus's ``repo-docs``) and ``noisy-docstrings`` excluded.
+
+The evaluation reports each source's held-out loss in nats per token and bits per byte, the loss on
+the corpus's declared target (docstrings, reference and notes, equally: ``eval/target_loss``), and
+the share of the sampled words that are words of the corpus (``eval/word_share``).
 
 (``train.stop_step`` ends the run early with the schedules still laid out over the 1000 steps;
 ``train.num_steps`` changes the length but not the geometries' start steps, 100 and 563: set
 ``curriculum.geometries.<name>.start_step`` with it, or the run warns that a geometry never starts.)
 
-Hardware: sized for a 2-core laptop CPU (a few minutes); runs unchanged on a GPU in seconds.
-Expect: the held-out mean loss falls from ln(257) = 5.55 nats/byte to well under 2; the mixture starts
-on the seven warmup sources, opens to all sixteen at 1/10 of the run and pivots to the polish region
-(repo-docs and repo-docstrings at 0, hermes3-general >= 0.7, dictionary <= 0.25) at 56% of the run, as
-the 200K-step run does at 20K and 112,619. Re-running the command resumes from the last checkpoint.
+Hardware: sized for a 2-core laptop CPU (minutes); runs unchanged on a GPU in seconds. Expect the
+held-out mean loss to fall from ln(257) = 5.55 nats/byte (8 bits/byte) to about 2 bits/byte, and
+the greedy samples to read as Python after "def " and as English after "The ". Re-running the
+command resumes from the last checkpoint.
 
 One regime of the curriculum alone, for the whole run (the same model and optimizer):
 
   python -m andrea_jax.main --config=experiments/tiny.py:v3_polish --workdir=runs/v3_polish
   python -m andrea_jax.curriculum --config experiments/tiny.py:v2_warmup --steps 20000 --out /tmp/sim
 
-* ``v2_warmup``: only the seven warmup sources (hermes3-general, hermes3-creative, hermes3-roleplay,
-  chat, smoltalk, oasst, gutenberg) may have weight, a 6-D sub-simplex; the nine others stay at 0.
-* ``v2_firehose``: all sixteen sources, no floor, no ceiling: the full 15-D simplex.
-* ``v3_polish``: repo-docs and repo-docstrings excluded, hermes3-general >= 0.7, dictionary <= 0.25.
-
-The second command simulates the curriculum (no model) against the synthetic reward model in a few
-seconds; expect ``weights.png`` to show the region's constraints at every step.
+(the second command simulates the curriculum alone, no model, against a synthetic reward model in a
+few seconds; expect ``weights.png`` to show the region's constraints at every step).
+``experiments/synthetic.py`` is the same job on ANDREA's sixteen source names (synthetic text).
 """
 
 from andrea_jax import config as config_lib
-from andrea_jax.curriculum import andrea_geometries, single_geometry
+from andrea_jax.curriculum import single_geometry, three_regimes
+from andrea_jax.data.stdlib_corpus import STDLIB_SOURCES, STDLIB_TARGET
+from andrea_jax.sources import source_key
 
 NUM_STEPS = 1000
 SCALE = NUM_STEPS / 200_000   # the ANDREA run is 200K steps; every step count below is scaled by this
@@ -40,7 +53,7 @@ def get_config(geometry: str | None = None):
   ``geometry``: ``v2_warmup``, ``v2_firehose`` or ``v3_polish``, that region from step 0 to the end
   instead of the three in turn.
   """
-  c = config_lib.base_config()
+  c = config_lib.base_config(sources=STDLIB_SOURCES, corpus="stdlib")
   c.train.num_steps = NUM_STEPS
   c.train.log_every = 10
   c.train.checkpoint_every = 250
@@ -57,9 +70,16 @@ def get_config(geometry: str | None = None):
   c.optim.warmup_steps = max(20, round(2000 * SCALE))
   c.optim.weight_decay = 0.1
 
-  c.curriculum.geometries = andrea_geometries(NUM_STEPS, scale=SCALE)
+  c.curriculum.geometries = three_regimes(
+      NUM_STEPS, sources=STDLIB_SOURCES, warmup=("docstrings", "reference", "notes"),
+      floors={"docstrings": 0.5}, exclude=("licenses", "noisy-docstrings"),
+      names=("v2_warmup", "v2_firehose", "v3_polish"))
   if geometry:
     c.curriculum.geometries = single_geometry(c.curriculum.geometries, geometry)
+
+  for name, weight in STDLIB_TARGET.items():   # the corpus's declared target
+    c.eval.target[source_key(name)] = weight
+  c.eval.prompts = ("def ", "The ", "Return ")
 
   # The zombie-cliff detector watches the run; its window and warmup are scaled to the run's length.
   c.cliff.window = 100

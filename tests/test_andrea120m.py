@@ -1,5 +1,6 @@
 """experiments/andrea120m.py: each variant validates, and they differ exactly as the seed says."""
 
+import re
 
 import jax
 import pytest
@@ -25,7 +26,7 @@ def _flat(d, prefix=""):
 
 @pytest.fixture(scope="module")
 def configs():
-  return {v: _get_config(v) for v in ("v1", "v2", "v3")}
+  return {v: _get_config(f"{v}:synthetic") for v in ("v1", "v2", "v3")}
 
 
 def test_every_variant_validates_as_andrea_120m(configs):
@@ -68,3 +69,26 @@ def test_variants_differ_only_where_the_seed_says(configs):
 def test_an_unknown_variant_is_refused():
   with pytest.raises(ValueError, match=r"one of \('v1', 'v2', 'v3'\).*'v4'"):
     _get_config("v4")
+  with pytest.raises(ValueError, match=r"one of \('hub', 'synthetic'\), got 'v2:disk'"):
+    _get_config("v2:disk")
+
+
+def test_the_real_run_reads_the_verified_datasets_and_names_the_sources_left_to_set(tmp_path):
+  """By default the sources with a verified dataset read it (streamed); the run refuses to start
+  while the others have no data, naming every one; pointed at data, it validates."""
+  from andrea_jax.data.andrea_sources import HUB_SOURCES
+  c = _get_config("v3")
+  assert c.data.corpus == "files"
+  for source, verified in HUB_SOURCES.items():
+    f = c.data.files[source.replace("-", "_")]
+    assert (f.format, f.dataset, f.split, f.streaming) == ("hf", verified.spec.dataset,
+                                                           verified.spec.split, True)
+  unset = [s for s in runconfig.build(_get_config("v3:synthetic")).used_sources
+           if s not in HUB_SOURCES]
+  with pytest.raises(ValueError, match=re.escape(f"no data for the sources {unset}")):
+    runconfig.build(c)
+  (tmp_path / "text.txt").write_text("some text\n")
+  for source in unset:
+    c.data.files[source.replace("-", "_")].update(paths=str(tmp_path / "text.txt"), format="text")
+  assert runconfig.build(c).sources[:3] == ("hermes3-general", "hermes3-creative",
+                                            "hermes3-roleplay")

@@ -211,7 +211,7 @@ def test_every_bench_row_builds_a_valid_run(name, cpu):
 def test_curriculum_runs_overrides_validate_on_andrea_120m(cpu):
   from experiments import andrea120m
   for strategy in curriculum_gpu.STRATEGIES:
-    c = andrea120m.get_config("v2")
+    c = andrea120m.get_config("v2:synthetic")
     flags = curriculum_gpu.overrides(cpu, 200, 20) + [f"--config.curriculum.strategy={strategy}"]
     for flag in flags:
       key, value = flag[len("--config."):].split("=", 1)

@@ -27,7 +27,8 @@ def test_a_schedule_holds_each_mixture_for_its_part(tmp_path):
   path = tmp_path / "fit.json"
   write_mixture_file(path, [(0.0, {"code": 3, "docs": 1}), (0.4, None)], SOURCES, fitted_on="x")
   assert json.loads(path.read_text())["fitted_on"] == "x"
-  c = curriculum.curriculum_config(read_mixture_file(path, num_steps=100, sources=SOURCES))
+  c = curriculum.curriculum_config(read_mixture_file(path, num_steps=100, sources=SOURCES),
+                                  sources=SOURCES)
   c.strategy = "static"
   spec = curriculum.spec_from_config(c, sources=SOURCES)
   assert spec.starts.tolist() == [0, 40] and spec.held.tolist() == [True, True]
@@ -40,15 +41,16 @@ def test_a_schedule_holds_each_mixture_for_its_part(tmp_path):
 def test_a_part_without_a_mixture_is_the_mixers(tmp_path):
   path = _write(tmp_path, {"schedule": [{"start_step": 0, "mixture": {"docs": 1}},
                                         {"start_step": 50}]})
-  c = curriculum.curriculum_config(read_mixture_file(path, num_steps=100, sources=SOURCES))
+  c = curriculum.curriculum_config(read_mixture_file(path, num_steps=100, sources=SOURCES),
+                                  sources=SOURCES)
   c.strategy = "elastic"
   spec = curriculum.spec_from_config(c, sources=SOURCES)
   assert spec.held.tolist() == [True, False]
 
 
 def test_weights_per_geometry_keep_the_geometries(tmp_path):
-  from experiments import tiny
-  c = tiny.get_config()
+  from experiments import synthetic
+  c = synthetic.get_config()
   path = _write(tmp_path, {"geometries": {"v2_firehose": {"chat": 2, "gutenberg": 1}}})
   g = read_mixture_file(path, num_steps=1000, sources=sources_lib.SOURCES,
                         geometries=c.curriculum.geometries)
@@ -58,13 +60,13 @@ def test_weights_per_geometry_keep_the_geometries(tmp_path):
 
 
 def test_the_experiment_trains_under_the_file(tmp_path):
-  path = _write(tmp_path, {"schedule": [{"start": 0, "mixture": {"chat": 1, "dictionary": 1}},
+  path = _write(tmp_path, {"schedule": [{"start": 0, "mixture": {"reference": 1, "notes": 1}},
                                         {"start": 0.5}]})
   c = load_config_file(f"{REPO / 'experiments' / 'mixture_file.py'}:{path}")
-  spec = curriculum.spec_from_config(c.curriculum)
+  spec = curriculum.spec_from_config(c.curriculum, sources=c.sources)
   assert c.curriculum.strategy == "static" and spec.starts.tolist() == [0, 500]
-  want = np.zeros(16)
-  want[[spec.sources.index("chat"), spec.sources.index("dictionary")]] = 0.5
+  want = np.zeros(6)
+  want[[spec.sources.index("reference"), spec.sources.index("notes")]] = 0.5
   np.testing.assert_allclose(spec.mixture[0], want)
 
 

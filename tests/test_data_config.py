@@ -21,7 +21,7 @@ def test_defaults_are_valid_and_complete():
                 "eval_fraction", "seq_len", "global_batch_size", "prefetch", "shard_tokens",
                 "workers"):
     assert field in cfg, field
-  assert (cfg.tokenizer, cfg.corpus) == ("bytes", "builtin")
+  assert (cfg.tokenizer, cfg.corpus) == ("bytes", "synthetic")
   assert sorted(cfg.files.keys()) == sorted(s.replace("-", "_") for s in SOURCES)
   assert source_specs(cfg) == {}
 
@@ -55,7 +55,7 @@ def test_validation_names_the_field(field, value, match):
 def test_validation_of_files():
   cfg = data_config()
   cfg.corpus = "files"
-  with pytest.raises(ValueError, match="no data.files.<source>.paths is set"):
+  with pytest.raises(ValueError, match="data.corpus is 'files' but no source has data"):
     validate_data_config(cfg)
   cfg.files.chat.paths = "a/*.jsonl, b/*.jsonl"
   cfg.files.chat.format = "csv"
@@ -77,7 +77,7 @@ def test_files_beside_a_prepared_dir_are_refused(tmp_path):
   validate_data_config(cfg)
   cfg.files.chat.paths = "new/*.jsonl"
   with pytest.raises(ValueError, match=r"data.prepared_dir = .* is opened as is, so "
-                                       r"data.files.chat.paths would be ignored"):
+                                       r"data.files.chat would be ignored"):
     validate_data_config(cfg)
 
 

@@ -90,8 +90,10 @@ def test_a_single_document_source_says_why_it_has_no_training_tokens(prepared, t
 
 
 def test_unknown_source(prepared):
-  with pytest.raises(DataError, match=r"sources \['gutenberg'\] are not among the run's sources"):
-    PreparedData.open(prepared, sources=("chat", "oasst"), required=("chat",))
+  # A run over some of the prepared sources: the others are not opened.
+  data = PreparedData.open(prepared, sources=("oasst", "chat"), required=("chat",))
+  assert data.sources == ("oasst", "chat") and data.has("chat") and data.has("oasst")
+  assert data.shards("gutenberg") == () and not data.has("gutenberg")
   with pytest.raises(DataError, match=r"required sources \['repo-docs'\] are not among"):
     PreparedData.open(prepared, sources=SUBSET, required=("repo-docs",))
 

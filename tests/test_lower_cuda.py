@@ -32,7 +32,7 @@ STUB_CUDNN_VERSION = 91000   # cuDNN 9.10: passes every version check JAX makes 
 def _lower_step(attention: str, document_mask: bool, remat: bool) -> str:
   """StableHLO text of the ANDREA-120M step (one device, B=64, T=1024) lowered for CUDA."""
   from experiments import andrea120m
-  c = andrea120m.get_config("v2")
+  c = andrea120m.get_config("v2:synthetic")
   c.data.global_batch_size, c.optim.grad_accum_steps = B, 1    # one GPU's rows, no accumulation
   c.model.attention_impl, c.model.remat = attention, remat
   c.train.document_mask = document_mask

@@ -31,7 +31,7 @@ def _free_port() -> int:
 
 
 def _flags(c) -> list[str]:
-  """Command-line overrides that turn experiments/tiny.py into the config ``c``."""
+  """Command-line overrides that turn experiments/synthetic.py into the config ``c``."""
   out = []
   for section in ("model", "data", "train", "eval", "optim", "cliff", "mesh"):
     for k, v in c[section].items():
@@ -50,7 +50,7 @@ def _start(c, workdir, env) -> list[subprocess.Popen]:
   port = _free_port()
   procs = []
   for pid in range(2):
-    cmd = [sys.executable, "-m", "andrea_jax.main", f"--config={REPO / 'experiments' / 'tiny.py'}",
+    cmd = [sys.executable, "-m", "andrea_jax.main", f"--config={REPO / 'experiments' / 'synthetic.py'}",
            f"--workdir={workdir}", *_flags(c),
            f"--config.distributed.coordinator_address=127.0.0.1:{port}",
            "--config.distributed.num_processes=2", f"--config.distributed.process_id={pid}"]

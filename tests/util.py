@@ -10,13 +10,14 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
 def small_run_config(num_steps: int = 30, **overrides):
-  """The main job's config shrunk for tests: a 2-layer 32-wide model, 16 x 32-token batches.
+  """The main job on the synthetic corpus (experiments/synthetic.py: ANDREA's sixteen sources) shrunk
+  for tests: a 2-layer 32-wide model, 16 x 32-token batches.
 
   The curriculum keeps its three geometries, placed inside the short run.
   """
   from andrea_jax.curriculum import andrea_geometries
 
-  c = load_config_file(REPO / "experiments" / "tiny.py")
+  c = load_config_file(REPO / "experiments" / "synthetic.py")
   c.model.update(num_layers=2, num_heads=2, d_model=32, d_mlp=128, max_len=64)
   c.data.update(seq_len=32, global_batch_size=16, builtin_scale=0.25)
   # No TensorBoard files: tensorboardX imports torch when it is installed (seconds per process).

@@ -161,8 +161,8 @@ class _Data:
   def __init__(self, config: ml_collections.ConfigDict, run: runconfig.Run, weights_NxS):
     used = tuple(s for s, u in zip(run.sources, (weights_NxS > 0).any(0)) if u)
     self.tokenizer = data_lib.load_tokenizer(config.data.tokenizer)
-    self.data = data_lib.open_training_data(config.data, self.tokenizer, required=used,
-                                            progress=False)
+    self.data = data_lib.open_training_data(config.data, self.tokenizer, sources=run.sources,
+                                            required=used, progress=False)
     self.sampler = data_lib.MixtureSampler(self.data, seq_len=config.data.seq_len,
                                            global_batch_size=config.data.global_batch_size,
                                            seed=config.seed)

@@ -26,10 +26,12 @@ from andrea_jax.curriculum.config import (
     curriculum_config,
     elastic_section,
     exp3_section,
+    full_simplex,
     geometry,
     single_geometry,
     source_key,
     spec_from_config,
+    three_regimes,
     used_sources,
     validate,
 )
@@ -63,8 +65,8 @@ from andrea_jax.curriculum.mixer import (
 
 __all__ = [
     "STRATEGIES", "CurriculumSpec", "andrea_geometries", "bandit_section", "curriculum_config",
-    "elastic_section", "exp3_section", "geometry", "single_geometry", "source_key",
-    "spec_from_config", "used_sources", "validate",
+    "elastic_section", "exp3_section", "full_simplex", "geometry", "single_geometry", "source_key",
+    "spec_from_config", "three_regimes", "used_sources", "validate",
     "CurriculumState", "Schedule", "exclude", "init", "lookup", "metrics", "schedule", "update",
     "weights_at",
     "KIND_BANDIT", "KIND_CUSTOM", "KIND_ELASTIC", "KIND_EXP3", "KIND_FIXED", "KIND_NAMES",

@@ -39,7 +39,7 @@ _PLOTS = flags.DEFINE_bool("plots", True, "Write the PNG figures.")
 def run(config, num_steps: int, out: str, *, triangle_steps: int = 1000, make_plots: bool = True
         ) -> dict:
   """Simulates ``config.curriculum`` for ``num_steps`` steps; writes the outputs under ``out``."""
-  spec = config_lib.spec_from_config(config.curriculum)
+  spec = config_lib.spec_from_config(config.curriculum, sources=config.sources)
   key = jax.random.key(int(config.seed))
   t0 = time.perf_counter()
   result = sim.simulate(spec, key, num_steps)

@@ -37,20 +37,17 @@ from andrea_jax.curriculum.elastic import ElasticParams
 from andrea_jax.curriculum.exp3 import Exp3Params
 from andrea_jax.simplex import Region
 from andrea_jax.simplex import sampling
-from andrea_jax.sources import POLISH_EXCLUDED, SOURCES, WARMUP_SOURCES, check_sources
+from andrea_jax.sources import (POLISH_EXCLUDED, SOURCES, WARMUP_SOURCES, check_sources,
+                                source_key)
 
 STRATEGIES = ("andrea", "bandit_only", "random_only", "static", "exp3", "elastic")
 """The built-in mixers' names (:mod:`andrea_jax.curriculum.mixer`); ``"package.module:factory"``
 names a mixer of one's own."""
 
 # The source document's three regimes (SPEC §5): start steps of the full 200K-step run.
+ANDREA_STEPS = 200_000
 FIREHOSE_START = 20_000
 POLISH_START = 112_619
-
-
-def source_key(name: str) -> str:
-  """The config key of a source: ``"hermes3-general" -> "hermes3_general"``."""
-  return name.replace("-", "_")
 
 
 def _keys(sources: Sequence[str]) -> dict[str, str]:
@@ -124,8 +121,48 @@ def geometry(name: str, start_step: int, *, floors: Mapping[str, float] | None =
   return g
 
 
-def andrea_geometries(total_steps: int = 200_000, scale: float = 1.0) -> ml_collections.ConfigDict:
-  """ANDREA's three regimes (SPEC §5), keyed ``v2_warmup``, ``v2_firehose``, ``v3_polish``.
+def three_regimes(num_steps: int, *, sources: Sequence[str], warmup: Sequence[str],
+                  floors: Mapping[str, float] | None = None,
+                  ceilings: Mapping[str, float] | None = None, exclude: Sequence[str] = (),
+                  scale: float | None = None,
+                  names: tuple[str, str, str] = ("warmup", "firehose", "polish")
+                  ) -> ml_collections.ConfigDict:
+  """ANDREA's curriculum over any sources: three geometries at ANDREA's fractions of the run.
+
+  * ``names[0]`` (warmup) from step 0: only the ``warmup`` sources (a sub-simplex, v2's
+    ``curriculum_warmup_sources``);
+  * ``names[1]`` (firehose) from ``20_000 * scale``: the full simplex;
+  * ``names[2]`` (polish) from ``112_619 * scale``: ``floors``, ``ceilings`` and the ``exclude``
+    sources at 0 (v3's pivot), no warmup restriction.
+
+  ``scale`` is ``num_steps / 200_000`` by default: ANDREA's 200K-step run, 10% and 56.3% of the
+  way through. Both boundaries are rounded to whole steps and must fall before ``num_steps``.
+
+  Example (a floor on the target source, the noisy one excluded):
+    >>> g = three_regimes(1000, sources=("code", "docs", "noise"), warmup=("docs",),
+    ...                   floors={"docs": 0.5}, exclude=("noise",))
+    >>> [g[n].start_step for n in ("warmup", "firehose", "polish")]
+    [0, 100, 563]
+  """
+  scale = num_steps / ANDREA_STEPS if scale is None else scale
+  if not scale > 0 or not math.isfinite(scale):
+    raise ValueError(f"scale must be a positive finite number, got {scale!r}")
+  firehose, polish = round(FIREHOSE_START * scale), round(POLISH_START * scale)
+  if not 0 < firehose < polish < num_steps:
+    raise ValueError(f"with scale={scale} the regimes start at 0, {firehose} and {polish}, which "
+                     f"do not fit increasing into {num_steps} steps")
+  g = ml_collections.ConfigDict()
+  g[names[0]] = geometry(names[0], 0, only=warmup, sources=sources)
+  g[names[1]] = geometry(names[1], firehose, sources=sources)
+  g[names[2]] = geometry(names[2], polish, floors=floors, ceilings=ceilings, exclude=exclude,
+                         sources=sources)
+  return g
+
+
+def andrea_geometries(total_steps: int = ANDREA_STEPS, scale: float = 1.0
+                      ) -> ml_collections.ConfigDict:
+  """ANDREA's three regimes (SPEC §5) over ANDREA's sixteen sources, keyed ``v2_warmup``,
+  ``v2_firehose``, ``v3_polish`` (:func:`three_regimes` with ANDREA's preset):
 
   * ``v2_warmup`` from step 0: only the seven curriculum warmup sources;
   * ``v2_firehose`` from ``20_000 * scale``: the full simplex;
@@ -138,17 +175,17 @@ def andrea_geometries(total_steps: int = 200_000, scale: float = 1.0) -> ml_coll
 
   Example: ``andrea_geometries(2000, 0.01)`` starts the three regimes at steps 0, 200 and 1126.
   """
-  if not scale > 0 or not math.isfinite(scale):
-    raise ValueError(f"scale must be a positive finite number, got {scale!r}")
-  firehose, polish = round(FIREHOSE_START * scale), round(POLISH_START * scale)
-  if not 0 < firehose < polish < total_steps:
-    raise ValueError(f"with scale={scale} the regimes start at 0, {firehose} and {polish}, which "
-                     f"do not fit increasing into total_steps={total_steps}")
+  return three_regimes(total_steps, sources=SOURCES, warmup=WARMUP_SOURCES,
+                       floors={"hermes3-general": 0.7}, ceilings={"dictionary": 0.25},
+                       exclude=POLISH_EXCLUDED, scale=scale,
+                       names=("v2_warmup", "v2_firehose", "v3_polish"))
+
+
+def full_simplex(sources: Sequence[str], name: str = "all") -> ml_collections.ConfigDict:
+  """``curriculum.geometries`` holding one geometry, the whole simplex over ``sources``, from
+  step 0."""
   g = ml_collections.ConfigDict()
-  g.v2_warmup = geometry("v2_warmup", 0, only=WARMUP_SOURCES)
-  g.v2_firehose = geometry("v2_firehose", firehose)
-  g.v3_polish = geometry("v3_polish", polish, floors={"hermes3-general": 0.7},
-                         ceilings={"dictionary": 0.25}, exclude=POLISH_EXCLUDED)
+  g[name] = geometry(name, 0, sources=sources)
   return g
 
 
@@ -191,9 +228,10 @@ def elastic_section(params: ElasticParams = ElasticParams()) -> ml_collections.C
   return e
 
 
-def curriculum_config(geometries: ml_collections.ConfigDict | None = None
-                      ) -> ml_collections.ConfigDict:
-  """The ``curriculum`` section; by default the three regimes scaled to the 2000-step tiny run."""
+def curriculum_config(geometries: ml_collections.ConfigDict | None = None,
+                      sources: Sequence[str] = SOURCES) -> ml_collections.ConfigDict:
+  """The ``curriculum`` section over ``sources``; by default, over ANDREA's sixteen the three
+  regimes scaled to a 2000-step run, over other sources the whole simplex."""
   c = ml_collections.ConfigDict()
   # the mixer: "andrea" (random + bandit phases), "bandit_only", "random_only", "static" (the
   # uniform mixture projected onto each region), "exp3" (ODM's EXP3 mixture projected onto each
@@ -202,7 +240,7 @@ def curriculum_config(geometries: ml_collections.ConfigDict | None = None
   c.strategy = "andrea"
   # strategy "static": each source's relative weight (normalised; all equal = the uniform mixture),
   # the mixture then projected onto each region, e.g. one fitted on small proxy runs
-  c.static_mixture = ml_collections.ConfigDict({k: 1.0 for k in _keys(SOURCES)})
+  c.static_mixture = ml_collections.ConfigDict({k: 1.0 for k in _keys(sources)})
   c.phase_min_steps = 7  # shortest phase, steps (> decision_lag + 1)
   c.phase_max_steps = 42  # longest phase, steps; lengths are uniform in [min, max]
   c.random_share = 0.25  # probability that a phase is random ("andrea" only; 0/1 for the others)
@@ -212,7 +250,10 @@ def curriculum_config(geometries: ml_collections.ConfigDict | None = None
   c.exp3 = exp3_section()  # strategy "exp3" only
   c.elastic = elastic_section()  # strategy "elastic" only
   # regions of the simplex keyed by name, each in force from its start_step (steps) on
-  c.geometries = geometries if geometries is not None else andrea_geometries(2000, 0.01)
+  if geometries is None:
+    geometries = (andrea_geometries(2000, 0.01) if tuple(sources) == SOURCES
+                  else full_simplex(sources))
+  c.geometries = geometries
   return c
 
 
@@ -495,8 +536,7 @@ def _static_mixture(given, sources: Sequence[str], where: str = "curriculum.stat
   """``curriculum.static_mixture`` or a geometry's ``mixture`` (source -> relative weight,
   missing = 1) normalised, ``[S]``; ``where`` names the field in errors.
 
-  A built-in source the run does not have may stay at its default 1 (the section lists all
-  sixteen); set to anything else, or any other unknown name, it is an error. With ``region`` (the
+  A name that is not one of ``sources`` is an error. With ``region`` (the
   geometry the mixture is held in), a mixture that gives no weight to any source the region allows
   is an error, and so is a weight other than the default 1 on a source a geometry's own mixture
   is held in but the region excludes (it could never be drawn).
@@ -506,11 +546,8 @@ def _static_mixture(given, sources: Sequence[str], where: str = "curriculum.stat
     raise TypeError(f"{where} must map source names to relative weights, got {given!r}")
   keys = _keys(sources)
   w_S = np.ones(len(sources))
-  builtin = _keys(SOURCES)
   for k, v in dict(given).items():
     if k not in keys and k not in sources:
-      if (k in builtin or k in SOURCES) and v == 1.0:
-        continue   # the section's default entry for a built-in source this run does not have
       raise ValueError(f"unknown source {k!r} in {where}; known sources are: {', '.join(sources)}")
     v = _number(f"{where}.{k}", v)
     if v < 0:

@@ -17,8 +17,8 @@
 * :mod:`config` -- the ``data`` config section and ``open_training_data``.
 """
 
-from andrea_jax.data.config import (data_config, default_cache_dir, open_training_data,
-                                    validate_data_config)
+from andrea_jax.data.config import (CORPORA, corpus_vocabulary, data_config, default_cache_dir,
+                                    open_training_data, validate_data_config)
 from andrea_jax.data.corpus import builtin_documents, ensure_builtin, generate_builtin
 from andrea_jax.data.errors import DataError
 from andrea_jax.data.hub import HubSpec
@@ -33,9 +33,9 @@ from andrea_jax.data.tokenizers import (ByteTokenizer, HFTokenizer, SentencePiec
                                         Tokenizer, load_tokenizer, train_bpe)
 
 __all__ = [
-    "ByteTokenizer", "DataError", "HFTokenizer", "HubSpec", "MixtureSampler", "NOISE_SOURCE",
+    "CORPORA", "ByteTokenizer", "DataError", "HFTokenizer", "HubSpec", "MixtureSampler", "NOISE_SOURCE",
     "Prefetcher", "PrepareResult", "PreparedData", "SentencePieceTokenizer", "SourceSpec",
-    "Tokenizer", "allocate", "builtin_documents", "data_config", "default_cache_dir",
+    "Tokenizer", "allocate", "builtin_documents", "corpus_vocabulary", "data_config", "default_cache_dir",
     "ensure_builtin", "eval_batches", "generate_builtin", "load_tokenizer", "open_training_data",
     "pack_rows", "prepare", "realised_shares", "train_bpe", "validate_data_config",
 ]

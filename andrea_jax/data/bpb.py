@@ -53,9 +53,12 @@ def tokens_per_byte(texts: Iterable[str], tokenizer: Tokenizer) -> float:
   return tokens / num_bytes
 
 
-def heldout_tokens_per_byte(data: PreparedData, source: str, tokenizer: Tokenizer) -> float:
+def heldout_tokens_per_byte(data: PreparedData, source: str, tokenizer: Tokenizer, *,
+                            max_tokens: int = 1 << 20) -> float:
   """Tokens per byte of ``source``'s held-out split of ``data``: its tokens other than the
-  end-of-document id, over the UTF-8 bytes of its documents decoded with ``tokenizer``.
+  end-of-document id, over the UTF-8 bytes of its documents decoded with ``tokenizer``; read from
+  the split's first documents, whole, until ``max_tokens`` tokens (a ratio, not a sum: a large
+  split need not be read through).
 
   Example:
     >>> heldout_tokens_per_byte(data, "reference", load_tokenizer("bytes"))
@@ -66,12 +69,15 @@ def heldout_tokens_per_byte(data: PreparedData, source: str, tokenizer: Tokenize
                      f"({data.tokenizer_name!r})")
   tokens = num_bytes = 0
   for shard_N in data.shards(source, "eval"):
-    ids_N = np.asarray(shard_N, np.int64)
+    ids_N = np.asarray(shard_N[:max(0, max_tokens - tokens) + 1], np.int64)
     cuts = np.flatnonzero(ids_N == data.eod_id)
-    for doc_N in np.split(ids_N, cuts):
+    whole = ids_N if ids_N.size == shard_N.size else ids_N[:cuts[-1]] if cuts.size else ids_N
+    for doc_N in np.split(whole, np.flatnonzero(whole == data.eod_id)):
       doc_N = doc_N[doc_N != data.eod_id]
       tokens += doc_N.size
       num_bytes += len(tokenizer.decode(doc_N).encode("utf-8")) if doc_N.size else 0
+    if tokens >= max_tokens:
+      break
   if num_bytes == 0:
     raise ValueError(f"source {source!r} of {data.path} has no held-out text")
   return tokens / num_bytes

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 
 from andrea_jax.data import readers
+from andrea_jax.data.cache import build_once
 from andrea_jax.data.prepare_lib import prepare
 from andrea_jax.data.styles import STYLES
 from andrea_jax.data.textgen import Stream
@@ -33,7 +33,6 @@ BASE_SEED = 0xA4D2EA  # the corpus's one seed
 CHARS_PER_SOURCE = 1_000_000  # characters of text per source at scale 1
 BUILTIN_EVAL_FRACTION = 0.02  # one document in 50 held out
 BUILTIN_SHARD_TOKENS = 1 << 22  # tokens per shard (several shards per source from scale ~4 on)
-_COMPLETE = "COMPLETE"
 
 
 def _check_scale(scale: float) -> float:
@@ -95,25 +94,9 @@ def _scale_key(scale: float) -> str:
 
 def ensure_builtin_raw(cache_dir: str, scale: float = 1.0) -> str:
   """Generates the built-in sources once into the cache; returns the directory of the JSONL."""
-  root = builtin_root(cache_dir, scale)
-  raw = os.path.join(root, "raw")
-  if os.path.isfile(os.path.join(raw, _COMPLETE)):
-    return raw
-  tmp = os.path.join(root, f"raw.tmp{os.getpid()}")
-  shutil.rmtree(tmp, ignore_errors=True)
-  generate_builtin(tmp, scale)
-  with open(os.path.join(tmp, _COMPLETE), "w") as f:
-    f.write(f"generator v{GENERATOR_VERSION} scale {scale:g}\n")
-  if os.path.isdir(raw):  # an interrupted earlier attempt, or another process finished first
-    if os.path.isfile(os.path.join(raw, _COMPLETE)):
-      shutil.rmtree(tmp)
-      return raw
-    shutil.rmtree(raw)
-  try:
-    os.rename(tmp, raw)
-  except OSError:  # another process renamed its identical copy in between
-    shutil.rmtree(tmp, ignore_errors=True)
-  return raw
+  return build_once(os.path.join(builtin_root(cache_dir, scale), "raw"),
+                    lambda out: generate_builtin(out, scale),
+                    f"generator v{GENERATOR_VERSION} scale {scale:g}")
 
 
 def ensure_builtin(cache_dir: str, tokenizer: Tokenizer, scale: float = 1.0, *, workers: int = 1,

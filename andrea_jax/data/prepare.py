@@ -17,9 +17,10 @@ from collections.abc import Sequence
 from absl import app, flags
 from ml_collections import config_flags
 
-from andrea_jax.data.config import prepare_from_config, validate_data_config
+from andrea_jax.data.config import prepare_from_config, validate_data_config, without_data
 from andrea_jax.data.prepare_lib import PrepareResult, prepare  # re-exported for convenience
 from andrea_jax.data.tokenizers import load_tokenizer
+from andrea_jax.sources import SOURCES
 
 __all__ = ["PrepareResult", "main", "prepare"]
 
@@ -29,10 +30,15 @@ def main(argv: Sequence[str]) -> None:
   del argv
   cfg, out = flags.FLAGS.config, flags.FLAGS.out
   data = cfg.data if "data" in cfg else cfg
+  sources = cfg.sources if "sources" in cfg else SOURCES   # a file with a data section alone
   try:
-    validate_data_config(data)
+    validate_data_config(data, sources)
+    empty = without_data(data, sources, sources)
+    if empty:   # prepared in parts, perhaps: said, not refused (a run refuses to start without)
+      print(f"no data configured for {empty}: not prepared (set data.files.<source>.paths, or "
+            ".format='hf' with .dataset)", file=sys.stderr)
     tok = load_tokenizer(data.tokenizer)
-    result = prepare_from_config(data, tok, out, progress=True)
+    result = prepare_from_config(data, tok, out, sources=sources, progress=True)
   except (ValueError, TypeError) as e:   # DataError included: the message names file and byte
     if flags.FLAGS["verbosity"].present:
       raise

@@ -81,8 +81,8 @@ class PreparedData:
       path: directory holding ``manifest.json`` and the shards.
       tokenizer: the run's tokenizer; its fingerprint must equal the manifest's. ``None`` trusts the
         manifest's vocabulary size.
-      sources: the run's sources (every weight vector is in this order); the manifest may hold no
-        other source.
+      sources: the run's sources (every weight vector is in this order); the manifest's other
+        sources, if any, are not opened.
       required: the sources the run samples from; each must be present with training tokens.
         Default: all of ``sources``. The others may be absent.
       verify: also hash every shard and scan its largest token id (one read of the data). Sizes,
@@ -129,9 +129,6 @@ class PreparedData:
     if isinstance(eod_id, bool) or not isinstance(eod_id, int) or not 0 <= eod_id < vocab_size:
       raise DataError(f"{where}: eod_id {eod_id!r} is not a token id below the vocabulary size "
                       f"{vocab_size}")
-    unknown = [s for s in manifest["sources"] if s not in sources]
-    if unknown:
-      raise DataError(f"{where}: sources {unknown} are not among the run's sources {list(sources)}")
     stale = [s for s in required if isinstance(manifest["sources"].get(s), dict)
              and isinstance(manifest["sources"][s].get("inputs"), dict)
              and manifest["sources"][s]["inputs"].get("reader_version", 1) != mf.READER_VERSION]
@@ -151,7 +148,8 @@ class PreparedData:
     if manifest["dtype"] not in ("uint16", "uint32"):   # unsigned: no negative token id
       raise DataError(f"{where}: dtype {manifest['dtype']!r}, token shards are 'uint16' or "
                       "'uint32'")
-    shards = {(s, split): maps for s, entry in manifest["sources"].items()
+    # Only the run's sources are opened: a corpus may hold more (a run over some of its sources).
+    shards = {(s, split): maps for s, entry in manifest["sources"].items() if s in sources
               for split, maps in _map_shards(path, manifest, where, s, entry, vocab_size,
                                              verify).items()}
     return cls(path, manifest, sources, tuple(required), vocab_size, shards)

@@ -48,13 +48,13 @@ import json
 import os
 import platform
 import re
-import shutil
 import sys
 import sysconfig
 import types
 from collections.abc import Mapping, Sequence
 
 from andrea_jax.data import readers, stdlib_text
+from andrea_jax.data.cache import build_once
 from andrea_jax.data.corrupt import corrupt_text
 from andrea_jax.data.errors import DataError
 from andrea_jax.data.hashing import hash_key
@@ -79,7 +79,6 @@ NOISE_RATE = 0.05   # share of the characters of a noisy copy hit by an edit
 NOISE_SEED = 0x5DB10C5   # the noisy copy's one seed
 STDLIB_SHARD_TOKENS = 1 << 22   # tokens per shard file, as for the synthetic corpus
 CORPUS_FILE, VOCABULARY_FILE = "corpus.json", "vocabulary.txt"
-_COMPLETE = "COMPLETE"
 _PACKAGE_LICENSE = re.compile(r"(?i)^(licen[cs]e|copying|notice)([.\-_].*)?$")
 
 
@@ -291,24 +290,8 @@ def ensure_stdlib_raw(cache_dir: str, stdlib_dir: str | None = None, *,
   inputs = stdlib_inputs(stdlib_dir, packages=packages)
   digest = inputs_digest(inputs)
   root = stdlib_root(cache_dir, digest, packages)
-  raw = os.path.join(root, "raw")
-  if os.path.isfile(os.path.join(raw, _COMPLETE)):
-    return raw
-  tmp = os.path.join(root, f"raw.tmp{os.getpid()}")
-  shutil.rmtree(tmp, ignore_errors=True)
-  _write(tmp, inputs, packages, digest)
-  with open(os.path.join(tmp, _COMPLETE), "w") as f:
-    f.write(f"stdlib corpus v{GENERATOR_VERSION} inputs {digest}\n")
-  if os.path.isdir(raw):  # an interrupted earlier attempt, or another process finished first
-    if os.path.isfile(os.path.join(raw, _COMPLETE)):
-      shutil.rmtree(tmp)
-      return raw
-    shutil.rmtree(raw)
-  try:
-    os.rename(tmp, raw)
-  except OSError:  # another process renamed its identical copy in between
-    shutil.rmtree(tmp, ignore_errors=True)
-  return raw
+  return build_once(os.path.join(root, "raw"), lambda out: _write(out, inputs, packages, digest),
+                    f"stdlib corpus v{GENERATOR_VERSION} inputs {digest}")
 
 
 def ensure_stdlib(cache_dir: str, tokenizer: Tokenizer, stdlib_dir: str | None = None, *,
@@ -339,7 +322,7 @@ def read_vocabulary(raw_dir: str) -> frozenset[str]:
 def main(argv: Sequence[str] | None = None) -> None:
   """``python -m andrea_jax.data.stdlib_corpus [--cache-dir D] [--packages]``: builds (or finds)
   the corpus, prepared with the byte tokenizer, and prints a table of its sources."""
-  from andrea_jax.data.config import default_cache_dir
+  from andrea_jax.data.cache import default_cache_dir
   from andrea_jax.data.manifest import read_manifest
   from andrea_jax.data.tokenizers import load_tokenizer
 

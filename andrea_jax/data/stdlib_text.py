@@ -205,7 +205,15 @@ def python_documents(data: bytes) -> dict[str, list[str]]:
     if parts:
       docstrings.append("\n\n".join(parts))
 
-  # License notices sit between top-level statements (mostly above the first one).
+  licenses = _take_licenses(tree, lines, keep, encoding)
+  code = _code_pieces(tree, lines, keep, replace, encoding)
+  return {"code": code, "docstrings": docstrings, "licenses": licenses}
+
+
+def _take_licenses(tree: ast.Module, lines: list[bytes], keep: list[bool],
+                   encoding: str) -> list[str]:
+  """The license notices among the comment blocks between top-level statements (mostly above the
+  first one); their lines are marked not to ``keep`` in the code."""
   free = [True] * len(lines)
   for i in range(min(2, len(lines))):   # a shebang or an encoding line is no part of a notice
     if lines[i].startswith(b"#!") or _CODING.match(lines[i]):
@@ -220,9 +228,13 @@ def python_documents(data: bytes) -> dict[str, list[str]]:
       licenses.append(text)
       for i in range(first, last + 1):
         keep[i] = False
+  return licenses
 
-  # Cut before each top-level definition, moved up over its decorators and the comment lines just
-  # above it (never above the end of the statement before it).
+
+def _code_pieces(tree: ast.Module, lines: list[bytes], keep: list[bool],
+                 replace: dict[int, bytes], encoding: str) -> list[str]:
+  """The kept code cut before each top-level definition, the cut moved up over its decorators and
+  the comment lines just above it (never above the end of the statement before it)."""
   cuts = [0]
   prev_end = 0
   for stmt in tree.body:
@@ -239,7 +251,7 @@ def python_documents(data: bytes) -> dict[str, list[str]]:
                      if keep[i] or i in replace).decode(encoding).strip()
     if piece:
       code.append(piece)
-  return {"code": code, "docstrings": docstrings, "licenses": licenses}
+  return code
 
 
 def reference_documents(data: bytes) -> list[str]:

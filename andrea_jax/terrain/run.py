@@ -115,7 +115,8 @@ def heldout_batch(config: ml_collections.ConfigDict, run: runconfig.Run, *,
                      f"{list(sources)}")
   n = config.eval.sequences_per_source if sequences_per_source is None else sequences_per_source
   tokenizer = data_lib.load_tokenizer(config.data.tokenizer)
-  data = data_lib.open_training_data(config.data, tokenizer, required=sources, progress=False)
+  data = data_lib.open_training_data(config.data, tokenizer, sources=run.sources, required=sources,
+                                     progress=False)
   parts = []
   for name in sources:
     b = data_lib.eval_batches(data, name, seq_len=config.data.seq_len, num_sequences=n)

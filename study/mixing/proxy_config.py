@@ -1,6 +1,6 @@
 r"""A run under a mixture fitted on small proxy runs (``python -m study.mixing.fit_proxy``).
 
-  python -m study.mixing.fit_proxy --config=experiments/tiny.py --workdir=runs/proxy \
+  python -m study.mixing.fit_proxy --config=experiments/synthetic.py --workdir=runs/proxy \
       --config.model.num_layers=2 --config.model.d_model=64 --config.model.d_mlp=256
   python -m andrea_jax.main --config=study/mixing/proxy_config.py:runs/proxy --workdir=runs/with_proxy
 

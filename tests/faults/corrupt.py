@@ -362,11 +362,13 @@ def _data_lies_missing_shard(path, rng):
   return rf"shard {_e(path / 'chat.train.00001.bin')} of source 'chat' is missing"
 
 
-def _data_unknown_source(path, rng):
+def _data_renamed_source(path, rng):
+  # A manifest may hold sources the run does not use (they are not opened), but not lack one it
+  # samples.
   m = _manifest(path)
-  m["sources"]["wikipedia"] = m["sources"]["chat"]
+  m["sources"]["wikipedia"] = m["sources"].pop("chat")
   _write_manifest(path, m)
-  return r"sources \['wikipedia'\] are not among the run's sources"
+  return r"required source 'chat' is missing"
 
 
 def _data_bad_json(path, rng):
@@ -403,7 +405,7 @@ HOSTILE_DATA = {
     "manifest lies: token count": _data_lies_tokens,
     "manifest lies: SHA-256": _data_lies_sha,
     "manifest lies: a shard that does not exist": _data_lies_missing_shard,
-    "manifest: unknown source": _data_unknown_source,
+    "manifest: a source renamed": _data_renamed_source,
     "manifest: malformed JSON": _data_bad_json,
     "manifest: another tokenizer": _data_other_tokenizer,
     "manifest: a signed dtype": _data_signed_dtype,

@@ -81,7 +81,7 @@ def fault_config(num_steps: int = 24):
 
 
 def command(config, workdir: str | os.PathLike, module: str = "andrea_jax.main") -> list[str]:
-  """``python -m <module> --config=experiments/tiny.py --workdir=... --config.x.y=v ...``."""
+  """``python -m <module> --config=experiments/synthetic.py --workdir=... --config.x.y=v ...``."""
   flat = {}
   for section in ("model", "data", "train", "eval", "optim", "cliff"):
     for k, v in config[section].items():
@@ -94,7 +94,7 @@ def command(config, workdir: str | os.PathLike, module: str = "andrea_jax.main")
     if isinstance(v, (tuple, list)):
       v = "(" + ",".join(repr(x) for x in v) + ",)"
     flags.append(f"--config.{k}={v}")
-  return [sys.executable, "-m", module, f"--config={REPO / 'experiments' / 'tiny.py'}",
+  return [sys.executable, "-m", module, f"--config={REPO / 'experiments' / 'synthetic.py'}",
           f"--workdir={workdir}", *flags]
 
 

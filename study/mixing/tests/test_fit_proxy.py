@@ -46,9 +46,9 @@ def _power_law_runner(calls, stops=None):
 
 
 def test_fit_recovers_the_elasticities_and_reuses_finished_probes(tmp_path):
-  config = _experiment("tiny").get_config()
+  config = _experiment("synthetic").get_config()
   calls, stops = [], []
-  out = fit_proxy.fit(config, str(tmp_path), config_file="experiments/tiny.py",
+  out = fit_proxy.fit(config, str(tmp_path), config_file="experiments/synthetic.py",
                       runner=_power_law_runner(calls, stops))
   assert len(calls) == 20 and calls[0].endswith("probe_00")
   half = config.train.num_steps // 2     # the default: each probe runs the first half
@@ -62,18 +62,18 @@ def test_fit_recovers_the_elasticities_and_reuses_finished_probes(tmp_path):
   # 12 d^2 + 13 d (attention, MLP of 4 d, two layer norms, biases), the final layer norm.
   assert out["num_params"] == 384 * 128 + 128 * 128 + 4 * (12 * 128 ** 2 + 13 * 128) + 2 * 128
   with open(tmp_path / "proxy_fit.json") as f:
-    assert json.load(f)["config_file"] == "experiments/tiny.py"
+    assert json.load(f)["config_file"] == "experiments/synthetic.py"
 
   def refuse(config, workdir):
     raise AssertionError(f"retrained {workdir}")
-  again = fit_proxy.fit(config, str(tmp_path), lam=0.5, config_file="experiments/tiny.py",
+  again = fit_proxy.fit(config, str(tmp_path), lam=0.5, config_file="experiments/synthetic.py",
                         runner=refuse)
   np.testing.assert_allclose(again["mixture"], 0.5 * w ** 1.5 / (w ** 1.5).sum() + 0.5 / 16,
                              atol=1e-6)
-  sharp = fit_proxy.fit(config, str(tmp_path), power=2.0, config_file="experiments/tiny.py",
+  sharp = fit_proxy.fit(config, str(tmp_path), power=2.0, config_file="experiments/synthetic.py",
                         runner=refuse)
   np.testing.assert_allclose(sharp["mixture"], w ** 2 / (w ** 2).sum(), atol=1e-6)
-  plain = fit_proxy.fit(config, str(tmp_path), power=1.0, config_file="experiments/tiny.py",
+  plain = fit_proxy.fit(config, str(tmp_path), power=1.0, config_file="experiments/synthetic.py",
                         runner=refuse)
   np.testing.assert_allclose(plain["mixture"], w / w.sum(), atol=1e-6)
   assert (sharp["power"], out["power"], plain["power"]) == (2.0, 1.5, 1.0)
@@ -83,8 +83,8 @@ def test_the_probes_cost_is_counted_in_target_runs(tmp_path, capsys):
   # A 2 x 64 proxy (d_mlp 256) of tiny.py's 4 x 128 model. By hand: 384 padded byte rows and 128
   # positions of d = 64, two layers of 12 d^2 + 13 d, the final layer norm: 132,864 parameters;
   # the target has 858,880. 20 probes of half the steps at the same batch: 10 * 132864 / 858880.
-  target = _experiment("tiny").get_config()
-  config = _experiment("tiny").get_config()
+  target = _experiment("synthetic").get_config()
+  config = _experiment("synthetic").get_config()
   config.model.update(num_layers=2, d_model=64, d_mlp=256)
   proxy_params = 384 * 64 + 128 * 64 + 2 * (12 * 64 ** 2 + 13 * 64) + 2 * 64
   assert proxy_params == 132_864
@@ -107,7 +107,7 @@ def test_the_probes_cost_is_counted_in_target_runs(tmp_path, capsys):
 
 
 def test_a_probe_holds_its_mixture_on_the_full_simplex_with_the_static_strategy():
-  config = _experiment("tiny").get_config()
+  config = _experiment("synthetic").get_config()
   mixture = np.linspace(1.0, 2.0, 16) / np.linspace(1.0, 2.0, 16).sum()
   c = fit_proxy.probe_config(config, mixture, SOURCES)
   assert config.curriculum.strategy == "andrea"           # the caller's config is left alone
@@ -122,9 +122,9 @@ def test_the_target_run_trains_the_recorded_config_under_the_schedule(tmp_path, 
   mixture = np.maximum(B, 0.02) / np.maximum(B, 0.02).sum()
   with open(tmp_path / "proxy_fit.json", "w") as f:
     json.dump({"sources": list(SOURCES), "mixture": mixture.tolist(), "hold": 0.25,
-               "config_file": "experiments/tiny.py:v2_firehose"}, f)
+               "config_file": "experiments/synthetic.py:v2_firehose"}, f)
   c = _experiment("proxy").get_config(str(tmp_path))
-  tiny = _experiment("tiny").get_config("v2_firehose")
+  tiny = _experiment("synthetic").get_config("v2_firehose")
   assert c.model.to_dict() == tiny.model.to_dict()        # the target's own model
   assert c.train.num_steps == 1000
   spec = runconfig.build(c).curriculum_spec
@@ -137,7 +137,7 @@ def test_the_target_run_trains_the_recorded_config_under_the_schedule(tmp_path, 
 def _write_fit(fit_dir, **fields):
   fit_dir.mkdir(parents=True, exist_ok=True)
   record = {"sources": list(SOURCES), "mixture": [1 / 16] * 16, "hold": 0.5, "lam": 1.0,
-            "power": 1.5, "num_steps": 1000, "config_file": "experiments/tiny.py:v2_firehose",
+            "power": 1.5, "num_steps": 1000, "config_file": "experiments/synthetic.py:v2_firehose",
             "probes": "static", "stop": 0.5, "late": 0.25, "ratio": 4.0}
   record.update(fields)
   with open(fit_dir / "proxy_fit.json", "w") as f:
@@ -166,7 +166,7 @@ def test_fits_at_two_sizes_are_read_at_the_targets_size(tmp_path, monkeypatch):
   with pytest.raises(ValueError, match=r"old/proxy_fit.json records no num_params"):
     _experiment("proxy").get_config(f"{small},{old}")
   for field, value in (("power", 1.0), ("lam", 0.5), ("hold", 0.25), ("num_steps", 400),
-                       ("config_file", "experiments/tiny.py"), ("probes", "schedule"),
+                       ("config_file", "experiments/synthetic.py"), ("probes", "schedule"),
                        ("stop", 1.0), ("late", 0.1), ("ratio", 2.0)):
     other = _write_fit(tmp_path / field, b=b_large.tolist(), num_params=1_000_000,
                        **{field: value})
@@ -226,13 +226,13 @@ def test_bad_settings_are_refused_before_any_probe_runs(tmp_path, kwargs, messag
   def refuse(config, workdir):
     raise AssertionError("a probe ran")
   with pytest.raises(ValueError, match=message):
-    fit_proxy.fit(_experiment("tiny").get_config(), str(tmp_path), runner=refuse, **kwargs)
+    fit_proxy.fit(_experiment("synthetic").get_config(), str(tmp_path), runner=refuse, **kwargs)
 
 
 def test_whole_probes_run_to_the_end_and_the_window_is_of_the_steps_run(tmp_path):
   """--stop 1: no stop_step; the late window is the last 10% of all steps. With --stop 0.5 and
   --late 0.5 on a trainer whose losses change at the half, only the first half's count."""
-  config = _experiment("tiny").get_config()
+  config = _experiment("synthetic").get_config()
   stops = []
   out = fit_proxy.fit(config, str(tmp_path / "whole"), stop=1.0, late=0.1,
                       runner=_power_law_runner([], stops))
@@ -253,7 +253,7 @@ def test_schedule_probes_switch_to_uniform_and_fit_after_the_switch(tmp_path):
   """probes="schedule": each probe's mixture for the first half, then 1/16 on every source (even
   if the config file's static_mixture is skewed); the fit reads the steps after the switch only.
   The fake trainer's losses before the switch are garbage, after it they follow the early share."""
-  config = _experiment("tiny").get_config()
+  config = _experiment("synthetic").get_config()
   config.curriculum.strategy = "static"
   config.curriculum.static_mixture.chat = 5.0
   n = config.train.num_steps
@@ -297,7 +297,7 @@ def test_schedule_probes_switch_to_uniform_and_fit_after_the_switch(tmp_path):
 def test_probes_run_to_another_stop_are_reused_or_go_on(tmp_path):
   """Whole probes serve a half-length fit (their first half is its log); half-length probes go on
   when whole ones are asked for; probes from before train.stop_step count as stop_step 0."""
-  config = _experiment("tiny").get_config()
+  config = _experiment("synthetic").get_config()
   calls = []
   fit_proxy.fit(config, str(tmp_path), stop=1.0, runner=_power_law_runner(calls))
   for k in range(20):     # as written before the field existed
@@ -321,7 +321,7 @@ def test_a_probe_interrupted_past_the_asked_stop_is_reused(tmp_path):
   """Probes made with --stop 0.75, killed after their checkpoint at 3/4 of the run: a half-length
   fit finds its steps in their logs (resuming them would be refused, past the stop); one killed
   before the half goes on."""
-  config = _experiment("tiny").get_config()
+  config = _experiment("synthetic").get_config()
   n = config.train.num_steps
   fit_proxy.fit(config, str(tmp_path), stop=1.0, runner=_power_law_runner([]))
   for k in range(20):    # as an interrupted probe leaves its folder: config.json, no done.json
@@ -370,7 +370,7 @@ def test_late_losses_leave_out_skipped_steps_and_non_finite_losses(tmp_path):
 @pytest.mark.slow
 def test_the_command_line_refuses_a_bad_setting_with_one_line(tmp_path):
   r = subprocess.run([sys.executable, "-m", "study.mixing.fit_proxy",
-                      "--config=experiments/tiny.py", f"--workdir={tmp_path}", "--hold=2"],
+                      "--config=experiments/synthetic.py", f"--workdir={tmp_path}", "--hold=2"],
                      cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert r.returncode == 1
   assert r.stderr.strip().splitlines()[-1] == "error: hold must be in (0, 1], got 2.0"
@@ -379,7 +379,7 @@ def test_the_command_line_refuses_a_bad_setting_with_one_line(tmp_path):
 
 def test_probes_of_another_config_are_not_reused(tmp_path):
   """A finished probe made with other settings is refused, naming the fields, not fitted."""
-  config = _experiment("tiny").get_config()
+  config = _experiment("synthetic").get_config()
   fit_proxy.fit(config, str(tmp_path), runner=_power_law_runner([]))
   config.train.num_steps = 500
   config.optim.peak_lr = 1e-3
@@ -390,7 +390,7 @@ def test_probes_of_another_config_are_not_reused(tmp_path):
 
 
 def test_an_interrupted_probe_stops_the_fit_and_is_resumed_next_time(tmp_path):
-  config = _experiment("tiny").get_config()
+  config = _experiment("synthetic").get_config()
   calls = []
   good = _power_law_runner(calls)
 
@@ -414,7 +414,7 @@ def test_then_uniform_is_uniform_whatever_the_config_files_static_mixture(tmp_pa
   base = tmp_path / "skewed.py"
   base.write_text("from andrea_jax.config import load_config_file\n"
                   "def get_config():\n"
-                  f"  c = load_config_file({str(ROOT / 'experiments' / 'tiny.py')!r})\n"
+                  f"  c = load_config_file({str(ROOT / 'experiments' / 'synthetic.py')!r})\n"
                   "  c.curriculum.strategy = 'static'\n"
                   "  c.curriculum.static_mixture.chat = 5.0\n"
                   "  return c\n")
@@ -435,7 +435,7 @@ def test_probe_configs_compare_floats_to_their_last_bits_only():
 
 
 def test_an_interrupted_probe_of_another_config_is_not_resumed(tmp_path):
-  config = _experiment("tiny").get_config()
+  config = _experiment("synthetic").get_config()
   (tmp_path / "probe_00").mkdir()
   other = fit_proxy.probe_config(config, np.full(16, 1 / 16), SOURCES,   # probe 0 is uniform
                                  stop_step=config.train.num_steps // 2)

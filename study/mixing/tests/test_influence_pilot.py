@@ -144,12 +144,12 @@ def _fake_pilot(calls, b=np.linspace(-0.05, 0.5, 16)):
 
 @pytest.mark.slow
 def test_the_fit_file_is_the_probes_format_and_the_pilot_is_reused(tmp_path, monkeypatch):
-  tiny = fit_proxy.load_config_file(str(ROOT / "experiments" / "tiny.py"))
-  config = fit_proxy.load_config_file(str(ROOT / "experiments" / "tiny.py"))
+  tiny = fit_proxy.load_config_file(str(ROOT / "experiments" / "synthetic.py"))
+  config = fit_proxy.load_config_file(str(ROOT / "experiments" / "synthetic.py"))
   config.model.update(num_layers=2, d_model=64, d_mlp=256)
   calls = []
   out = fit_proxy.fit_influence(config, str(tmp_path), target=tiny, pilot_fn=_fake_pilot(calls),
-                                config_file="experiments/tiny.py")
+                                config_file="experiments/synthetic.py")
   n = tiny.train.num_steps                            # 1000: steps 375, 406, 438, 469
   assert calls == [([375, 406, 438, 469], 4, 10, 32, "static")]   # G on one batch
   b = np.linspace(-0.05, 0.5, 16)
@@ -161,7 +161,7 @@ def test_the_fit_file_is_the_probes_format_and_the_pilot_is_reused(tmp_path, mon
   with open(tmp_path / "proxy_fit.json") as f:
     assert json.load(f)["method"] == "influence"
   again = fit_proxy.fit_influence(config, str(tmp_path), target=tiny, pilot_fn=_fake_pilot(calls),
-                                  config_file="experiments/tiny.py", power=1.0)
+                                  config_file="experiments/synthetic.py", power=1.0)
   assert len(calls) == 1                               # the pilot is not run again
   np.testing.assert_allclose(again["mixture"], proxy.elasticity_mixture(b, power=1.0))
   with pytest.raises(ValueError, match="pilot.json holds a pilot of another config "
@@ -186,7 +186,7 @@ def simulate_weights(config, n):
 @pytest.mark.slow
 def test_gn_rows_zero_reads_the_matrix_on_every_row(tmp_path):
   calls = []
-  out = fit_proxy.fit_influence(fit_proxy.load_config_file(str(ROOT / "experiments" / "tiny.py")),
+  out = fit_proxy.fit_influence(fit_proxy.load_config_file(str(ROOT / "experiments" / "synthetic.py")),
                                 str(tmp_path), gn_rows=0, pilot_fn=_fake_pilot(calls))
   assert calls[0][3] is None and out["gn_rows"] == 0
 
@@ -211,13 +211,13 @@ def test_bad_settings_are_refused_before_the_pilot_runs(tmp_path, kwargs, messag
   def refuse(*a, **k):
     raise AssertionError("the pilot ran")
   with pytest.raises(ValueError, match=message):
-    fit_proxy.fit_influence(fit_proxy.load_config_file(str(ROOT / "experiments" / "tiny.py")),
+    fit_proxy.fit_influence(fit_proxy.load_config_file(str(ROOT / "experiments" / "synthetic.py")),
                             str(tmp_path), pilot_fn=refuse, **kwargs)
   assert not list(tmp_path.iterdir())
 
 
 def test_a_damaged_pilot_record_is_named(tmp_path):
-  config = fit_proxy.load_config_file(str(ROOT / "experiments" / "tiny.py"))
+  config = fit_proxy.load_config_file(str(ROOT / "experiments" / "synthetic.py"))
   message = r"pilot.json: the pilot's elasticities are not 16 finite numbers"
   with pytest.raises(ValueError, match=message):
     fit_proxy.fit_influence(config, str(tmp_path),
@@ -233,7 +233,7 @@ def test_a_damaged_pilot_record_is_named(tmp_path):
 @pytest.mark.slow
 def test_the_command_line_refuses_a_bad_fraction_with_one_line(tmp_path):
   r = subprocess.run([sys.executable, "-m", "study.mixing.fit_proxy", "--method=influence",
-                      "--config=experiments/tiny.py", f"--workdir={tmp_path}", "--at=0.3,2"],
+                      "--config=experiments/synthetic.py", f"--workdir={tmp_path}", "--at=0.3,2"],
                      cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert r.returncode == 1
   assert r.stderr.strip().splitlines()[-1] == ("error: at must be fractions of train.num_steps in "

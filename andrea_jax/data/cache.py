@@ -1,0 +1,63 @@
+"""A directory built once and cached: written aside, marked complete, renamed into place.
+
+The built-in corpora are generated into the cache on first use. A build interrupted halfway (a
+kill, a full disk) must never be taken for a finished one, and two processes building the same
+directory at once (the hosts of one run on a shared file system) must both end with a complete
+copy. :func:`build_once` does that for any directory a function can write.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+
+COMPLETE = "COMPLETE"
+CACHE_ENV = "ANDREA_JAX_CACHE"
+
+
+def default_cache_dir() -> str:
+  """``$ANDREA_JAX_CACHE``, else ``$XDG_CACHE_HOME/andrea_jax``, else ``~/.cache/andrea_jax``."""
+  if os.environ.get(CACHE_ENV):
+    return os.environ[CACHE_ENV]
+  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+  return os.path.join(base, "andrea_jax")
+
+
+def is_complete(path: str) -> bool:
+  """Whether ``path`` is a directory :func:`build_once` finished."""
+  return os.path.isfile(os.path.join(path, COMPLETE))
+
+
+def build_once(path: str, write: Callable[[str], None], note: str) -> str:
+  """``path``, built by ``write(tmp)`` unless a complete one exists; returns ``path``.
+
+  ``write`` fills a temporary sibling directory; a ``COMPLETE`` marker holding ``note`` is added
+  once it returns, then the directory is renamed to ``path``. An incomplete ``path`` (an
+  interrupted earlier attempt) is replaced; a complete one written meanwhile by another process is
+  kept and the temporary copy dropped.
+
+  Example:
+    >>> raw = build_once("~/.cache/andrea_jax/x/raw", lambda d: generate(d), "generator v1")
+  """
+  if is_complete(path):
+    return path
+  tmp = f"{path}.tmp{os.getpid()}"
+  shutil.rmtree(tmp, ignore_errors=True)
+  try:
+    write(tmp)
+    with open(os.path.join(tmp, COMPLETE), "w") as f:
+      f.write(note + "\n")
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)   # nothing half-written is left to be mistaken
+    raise
+  if os.path.isdir(path):   # an interrupted earlier attempt, or another process finished first
+    if is_complete(path):
+      shutil.rmtree(tmp)
+      return path
+    shutil.rmtree(path)
+  try:
+    os.rename(tmp, path)
+  except OSError:   # another process renamed its identical copy in between
+    shutil.rmtree(tmp, ignore_errors=True)
+  return path
