@@ -11,7 +11,7 @@ CPU: ``tiny()`` in float32; only the ratios mean anything on a shared CPU.
 GPU: ``andrea_120m(attention_impl="xla")`` (124M parameters, float32) at B=8, T=1024.
 
 Usage:
-  .venv/bin/python bench/terrain.py [--quick]
+  python -m bench.terrain [--quick]
 """
 
 from __future__ import annotations
