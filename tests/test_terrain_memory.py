@@ -70,20 +70,23 @@ def test_window_chunks_change_no_value_gradient_or_hvp():
   whole = terrain_run.heldout_loss_fn(cfg, batch)
   # Independent of the chunking: the masked mean token loss written out over rows one at a time.
   model = Transformer(dataclasses.replace(cfg, attention_impl="xla", dtype="float32"))
-  total = sum(float(step_lib.token_losses(model, params, {k: jnp.asarray(v[i:i + 1])
-                                                          for k, v in batch.items()})[0].sum())
-              for i in range(7))
-  assert float(whole(params)) == pytest.approx(total / (6 * 16), rel=1e-6)
+  row_sum = jax.jit(lambda p, b: step_lib.token_losses(model, p, b)[0].sum())
+  total = sum(float(row_sum(params, {k: v[i:i + 1] for k, v in batch.items()})) for i in range(7))
+  assert float(jax.jit(whole)(params)) == pytest.approx(total / (6 * 16), rel=1e-6)
   v = terrain.random_direction(jax.random.key(1), params, ignore_1d=False)
-  ref_g = jax.grad(whole)(params)
-  ref_hv = terrain.hvp(whole, params, v)
-  for windows in (1, 2, 3, 6):   # 7 rows: uneven chunks get a padding row
-    chunked = terrain_run.heldout_loss_fn(cfg, batch, window_batch=windows)
-    assert float(chunked(params)) == pytest.approx(float(whole(params)), rel=1e-6)
-    for a, b in zip(jax.tree.leaves(jax.grad(chunked)(params)), jax.tree.leaves(ref_g)):
+
+  def value_grad_hvp(p, v, window_batch):
+    f = terrain_run.heldout_loss_fn(cfg, batch, window_batch=window_batch)
+    return f(p), jax.grad(f)(p), terrain.hvp(f, p, v)
+
+  value_grad_hvp = jax.jit(value_grad_hvp, static_argnums=2)
+  ref = value_grad_hvp(params, v, None)
+  for windows in (1, 3, 6):   # 7 rows: uneven chunks get a padding row
+    got = value_grad_hvp(params, v, windows)
+    assert float(got[0]) == pytest.approx(float(ref[0]), rel=1e-6)
+    for a, b in zip(jax.tree.leaves(got[1]), jax.tree.leaves(ref[1])):
       np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
-    hv = jax.jit(lambda p, v, f=chunked: terrain.hvp(f, p, v))(params, v)
-    for a, b in zip(jax.tree.leaves(hv), jax.tree.leaves(ref_hv)):
+    for a, b in zip(jax.tree.leaves(got[2]), jax.tree.leaves(ref[2])):
       np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
   with pytest.raises(ValueError, match="window_batch must be None or an int >= 1, got 0"):
     terrain_run.heldout_loss_fn(cfg, batch, window_batch=0)
@@ -119,22 +122,24 @@ def test_samples_and_points_computed_a_chunk_at_a_time_are_the_same():
   loss_fn = terrain_run.heldout_loss_fn(cfg, batch)
   key = jax.random.key(3)
   sig = [0.05, 0.2]
-  all_NxK = terrain.perturbed_losses(loss_fn, params, key, sig, jnp.arange(4))
-  np.testing.assert_allclose(terrain.perturbed_losses(loss_fn, params, key, sig, [2, 3]),
-                             all_NxK[2:], rtol=1e-6)
-  sharp = terrain.perturbation_sharpness(loss_fn, params, key, sig, 4, batch_size=3)
-  np.testing.assert_allclose(sharp.increase_KxN, all_NxK.T - loss_fn(params), rtol=1e-5,
+  losses = jax.jit(lambda p, ids: terrain.perturbed_losses(loss_fn, p, key, sig, ids))
+  all_NxK = losses(params, jnp.arange(4))
+  np.testing.assert_allclose(losses(params, jnp.array([2, 3])), all_NxK[2:], rtol=1e-6)
+  sharp = jax.jit(lambda p: terrain.perturbation_sharpness(loss_fn, p, key, sig, 4,
+                                                           batch_size=3))(params)
+  np.testing.assert_allclose(sharp.increase_KxN, all_NxK.T - sharp.base_loss, rtol=1e-5,
                              atol=1e-6)
-  q = terrain.hutchinson_samples(loss_fn, params, key, jnp.arange(3))
-  np.testing.assert_allclose(terrain.hutchinson_samples(loss_fn, params, key, [1, 2]), q[1:],
-                             rtol=1e-5)
-  tr, _ = terrain.hessian_trace(loss_fn, params, key, 3)
+  quad = jax.jit(lambda p, ids: terrain.hutchinson_samples(loss_fn, p, key, ids))
+  q = quad(params, jnp.arange(3))
+  np.testing.assert_allclose(quad(params, jnp.array([1, 2])), q[1:], rtol=1e-5)
+  tr, _ = jax.jit(lambda p: terrain.hessian_trace(loss_fn, p, key, 3, batch_size=2))(params)
   assert float(tr) == pytest.approx(float(jnp.mean(q)), rel=1e-5)
   dx = terrain.random_direction(jax.random.key(4), params)
   dy = terrain.random_direction(jax.random.key(5), params)
   g = jnp.linspace(-1.0, 1.0, 3)
-  grid = terrain.loss_slice_2d(loss_fn, params, dx, dy, g, g)
-  np.testing.assert_allclose(terrain.loss_on_plane(loss_fn, params, dx, dy, [1.0, -1.0], [0.0, 1.0]),
+  grid = jax.jit(lambda p: terrain.loss_slice_2d(loss_fn, p, dx, dy, g, g, batch_size=4))(params)
+  on_plane = jax.jit(lambda p, a, b: terrain.loss_on_plane(loss_fn, p, dx, dy, a, b))
+  np.testing.assert_allclose(on_plane(params, jnp.array([1.0, -1.0]), jnp.array([0.0, 1.0])),
                              [grid[2, 1], grid[0, 2]], rtol=1e-6)
   with pytest.raises(ValueError, match="same shape"):
     terrain.loss_on_plane(loss_fn, params, dx, dy, [1.0, 0.0], [0.0])

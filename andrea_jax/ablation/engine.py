@@ -247,8 +247,9 @@ def train_variants(config: ml_collections.ConfigDict, variants: list[dict[str, A
 
   The program is ``jit(scan over a chunk of steps of vmap over variants of variant_step)``, the
   state donated; chunks end at the evaluations (every ``eval_every`` steps and at the end), where
-  the held-out loss of every variant and source is computed (one vmapped call). Chunks of another
-  length (a remainder) compile once more.
+  the held-out loss of every variant and source is computed (one vmapped call per chunk of
+  held-out rows, at most a training micro-batch each). Chunks of another length (a remainder)
+  compile once more.
 
   Args:
     config: a run config (``experiments/tiny.py``); its model, data, optimizer and ``seed`` (the

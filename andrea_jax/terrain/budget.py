@@ -1,9 +1,9 @@
 """The memory budget of a terrain measurement, and the chunk sizes it allows.
 
 A terrain measurement evaluates the loss at many points (perturbed weights) on many held-out
-windows. Evaluated all at once, that is ``points x windows`` forward passes in flight: 441 points of
-a 2-D slice on 128 windows of the demo's model asked XLA for 109 GB. Every measurement here instead
-runs in chunks, and a chunk's size follows from a budget of bytes:
+windows. Evaluated all at once, that is ``points x windows`` forward passes in flight, a memory that
+grows with the grid times the windows. Every measurement here instead runs in chunks, and a chunk's
+size follows from a budget of bytes:
 
 * held-out windows per loss evaluation (:func:`andrea_jax.terrain.run.windows_per_chunk`): as many
   as one Hessian-vector product, the costliest single evaluation, can hold beside the Lanczos basis;

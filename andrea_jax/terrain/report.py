@@ -12,6 +12,7 @@ done so far).
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -56,14 +57,18 @@ def _check_count(name: str, value: Any, minimum: int) -> None:
     raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
 
 
-def _in_chunks(fn: Callable[[np.ndarray], jax.Array], xs: np.ndarray, chunk: int,
+def _in_chunks(fn: Callable[..., jax.Array], args: tuple[Any, ...], xs: np.ndarray, chunk: int,
                tick: Callable[[int], Any], weight: int = 1) -> np.ndarray:
-  """``fn`` over ``xs`` (leading axis ``P``) a chunk at a time, concatenated: ``[P, ...]``.
+  """``jax.jit(fn)(*args, x)`` over ``xs`` (leading axis ``P``) a chunk ``x`` at a time,
+  concatenated: ``[P, ...]``.
 
   Every call gets the same number of rows (the last chunk is padded with copies of its last row,
   whose results are dropped), so ``fn`` compiles once; the chunks are made as even as possible so
-  the padding stays below their number. ``tick(rows * weight)`` after each chunk.
+  the padding stays below their number. ``tick(rows * weight)`` after each chunk. The compiled
+  program is dropped on return: XLA's CPU runtime keeps an executable's buffers between its calls,
+  and a finished part must not hold them while the next one runs.
   """
+  jitted = jax.jit(fn)
   num = len(xs)
   num_chunks = -(-num // max(1, min(chunk, num)))
   size = -(-num // num_chunks)
@@ -72,7 +77,7 @@ def _in_chunks(fn: Callable[[np.ndarray], jax.Array], xs: np.ndarray, chunk: int
     x = xs[lo:lo + size]
     real = len(x)
     x = np.concatenate([x, np.repeat(x[-1:], size - real, axis=0)])
-    out.append(np.asarray(jax.device_get(fn(x)))[:real])
+    out.append(np.asarray(jax.device_get(jitted(*args, x)))[:real])
     tick(real * weight)
   return np.concatenate(out)
 
@@ -101,8 +106,7 @@ def chunk_plan(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, *,
     "sharpness_samples", "trace_samples"}`` (the bytes ``None`` with ``batch_size``).
 
   Example:
-    >>> chunk_plan(loss_fn, params, memory_budget=2**30)["points"]
-    24
+    >>> chunk_plan(loss_fn, params, memory_budget=2**30)["points"]  # slice points per chunk
   """
   if batch_size is not None:
     _check_count("batch_size", batch_size, 1)
@@ -232,6 +236,9 @@ def basin_report(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, key: ja
   bar = tqdm(total=total, unit="eval", disable=not progress, dynamic_ncols=True)
 
   def finished(name: str, t0: float) -> None:
+    # A part's compiled programs keep their buffers (XLA's CPU runtime) until they are collected,
+    # and some sit in reference cycles: collect them now, so parts' memory never adds up.
+    gc.collect()
     report["seconds"][name] = round(time.perf_counter() - t0, 3)
     report["complete"] = name == PARTS[-1]
     if on_part is not None:
@@ -249,11 +256,10 @@ def basin_report(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, key: ja
     # Perturbation sharpness: the directions a chunk of samples at a time.
     t0 = time.perf_counter()
     bar.set_description("sharpness")
-    sharp_fn = jax.jit(lambda p, k, ids: perturbed_losses(loss_fn, p, k, jnp.asarray(sigmas_K),
-                                                          ids, **dir_kw))
-    loss_NxK = _in_chunks(lambda ids: sharp_fn(params, key_of(_SHARPNESS), ids),
-                          np.arange(num_samples), plan["sharpness_samples"], bar.update,
-                          weight=sigmas_K.size)
+    loss_NxK = _in_chunks(
+        lambda p, k, ids: perturbed_losses(loss_fn, p, k, jnp.asarray(sigmas_K), ids, **dir_kw),
+        (params, key_of(_SHARPNESS)), np.arange(num_samples), plan["sharpness_samples"],
+        bar.update, weight=sigmas_K.size)
     increase_KxN = loss_NxK.T.astype(np.float64) - base_loss
     with np.errstate(invalid="ignore"):   # a diverged perturbation: inf - inf, reported as None
       mean_K = np.mean(increase_KxN, axis=1)
@@ -263,15 +269,14 @@ def basin_report(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, key: ja
                            "std_increase": _floats(std_K)}
     finished("sharpness", t0)
 
-    # The 1-D slice, as the beta = 0 line of the plane (one compiled program for both slices).
+    # The 1-D slice, as the beta = 0 line of the plane (the 2-D slice's function).
     t0 = time.perf_counter()
     bar.set_description("slice_1d")
     directions = jax.jit(lambda p, k: random_direction(k, p, **dir_kw))
-    dx, dy = directions(params, key_of(_DIR_X)), directions(params, key_of(_DIR_Y))
-    plane_fn = jax.jit(lambda p, dx, dy, ab: loss_on_plane(loss_fn, p, dx, dy, ab[:, 0], ab[:, 1]))
-    on_plane = lambda ab: plane_fn(params, dx, dy, jnp.asarray(ab))
+    plane_args = (params, directions(params, key_of(_DIR_X)), directions(params, key_of(_DIR_Y)))
+    on_plane = lambda p, dx, dy, ab: loss_on_plane(loss_fn, p, dx, dy, ab[:, 0], ab[:, 1])
     line_Px2 = np.stack([grid_P, np.zeros_like(grid_P)], axis=1)
-    s1_P = _in_chunks(on_plane, line_Px2, plan["points"], bar.update)
+    s1_P = _in_chunks(on_plane, plane_args, line_Px2, plan["points"], bar.update)
     report["slice_1d"] = {"alphas": _floats(grid_P), "losses": _floats(s1_P)}
     finished("slice_1d", t0)
 
@@ -291,9 +296,9 @@ def basin_report(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, key: ja
     t0 = time.perf_counter()
     if trace_samples > 0:
       bar.set_description("trace")
-      trace_fn = jax.jit(lambda p, k, ids: hutchinson_samples(loss_fn, p, k, ids))
-      q_S = _in_chunks(lambda ids: trace_fn(params, key_of(_TRACE), ids),
-                       np.arange(trace_samples), plan["trace_samples"], bar.update)
+      q_S = _in_chunks(lambda p, k, ids: hutchinson_samples(loss_fn, p, k, ids),
+                       (params, key_of(_TRACE)), np.arange(trace_samples), plan["trace_samples"],
+                       bar.update)
       q_S = q_S.astype(np.float64)
       with np.errstate(invalid="ignore"):
         tr = np.mean(q_S)
@@ -307,7 +312,8 @@ def basin_report(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, key: ja
     bar.set_description("slice_2d")
     a_PxP, b_PxP = np.meshgrid(grid_P, grid_P, indexing="ij")
     plane_Qx2 = np.stack([a_PxP.reshape(-1), b_PxP.reshape(-1)], axis=1)
-    s2_PxP = _in_chunks(on_plane, plane_Qx2, plan["points"], bar.update).reshape(a_PxP.shape)
+    s2_PxP = _in_chunks(on_plane, plane_args, plane_Qx2, plan["points"],
+                        bar.update).reshape(a_PxP.shape)
     report["slice_2d"] = {"alphas": _floats(grid_P), "betas": _floats(grid_P),
                           "losses": _floats(s2_PxP)}
     finished("slice_2d", t0)
