@@ -186,7 +186,7 @@ def windows_per_chunk(model_config: ModelConfig, batch: dict[str, np.ndarray], p
   HVP in ``memory_budget - reserve`` bytes fits every other evaluation too; ``reserve`` is what
   stays allocated beside it (the Lanczos basis). The bytes are XLA's plan for the compiled HVP
   (:func:`andrea_jax.terrain.budget.hvp_bytes`) on 1 and 2 windows, ``fixed + per_window * c``
-  in between; the chosen count is then checked on the chunked loss itself and halved until it
+  in between; the chosen count is then checked on the chunked loss itself and lowered until it
   fits. The count returned is the chunk :func:`heldout_loss_fn` makes of it (as many chunks, of
   equal rows).
 
@@ -211,8 +211,11 @@ def windows_per_chunk(model_config: ModelConfig, batch: dict[str, np.ndarray], p
   two = budget_lib.hvp_bytes(heldout_loss_fn(model_config, first(2)), params)
   per_window = max(two - one, 1)
   count = int(min(rows, max(1, (room - max(one - per_window, 0)) // per_window)))
-  # The scan over chunks is a different program from one batch of windows: check it, and back off.
-  while count > 1 and budget_lib.hvp_bytes(
-      heldout_loss_fn(model_config, batch, window_batch=count), params) > room:
-    count //= 2
+  # The scan over chunks is a different program from one batch of windows: check it, and back off
+  # in proportion to the excess (its memory grows about linearly with the chunk).
+  while count > 1:
+    need = budget_lib.hvp_bytes(heldout_loss_fn(model_config, batch, window_batch=count), params)
+    if need <= room:
+      break
+    count = max(1, min(count - 1, count * room // need))
   return -(-rows // -(-rows // count))   # the chunk heldout_loss_fn makes of it: as many, evened
