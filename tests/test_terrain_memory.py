@@ -9,8 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from andrea_jax import config as config_lib
 from andrea_jax import step as step_lib
-from andrea_jax import terrain
+from andrea_jax import terrain, train
 from andrea_jax.model import Transformer, init_params, tiny
 from andrea_jax.terrain import budget as budget_lib
 from andrea_jax.terrain import run as terrain_run
@@ -238,3 +239,14 @@ def test_the_progress_bar_counts_every_evaluation(capsys):
   err = capsys.readouterr().err
   # 1 loss + 3 samples x 2 sigmas + 3 points + 3 Lanczos steps + 2 Hutchinson vectors + 9 points.
   assert "24/24" in err and "slice_2d" in err
+
+
+def test_the_budget_is_a_config_field_that_a_resume_may_change():
+  c = config_lib.base_config()
+  assert c.terrain.memory_budget_gib == 0.0   # automatic
+  now = c.to_dict()
+  before = {k: v for k, v in now.items() if k != "terrain"}   # a run trained before the field
+  assert train.config_changes(before, now) == []
+  changed = dict(now, terrain={"memory_budget_gib": 8.0})
+  assert train.config_changes(changed, now) == []
+  assert train.config_changes(dict(now, seed=1), now) == ["seed: 1 -> 0"]
