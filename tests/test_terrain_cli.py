@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import pytest
 
+from andrea_jax import checkpoint as ckpt_lib
 from andrea_jax import logs, train
 from andrea_jax.config import load_config_file
 from andrea_jax.terrain import __main__ as cli
@@ -58,7 +59,7 @@ def test_basin_report_of_an_earlier_step(workdir, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_the_newest_checkpoint_by_default_and_its_config(workdir):
-  saved = terrain_run.load_checkpoint(str(workdir))
+  saved = ckpt_lib.load_checkpoint(str(workdir))
   assert saved.step == 10
   assert saved.run.model_config.d_model == 32 and saved.config.data.seq_len == 32
   batch = terrain_run.heldout_batch(saved.config, saved.run)
@@ -71,9 +72,9 @@ def test_the_newest_checkpoint_by_default_and_its_config(workdir):
 @pytest.mark.slow
 def test_a_step_without_checkpoint_names_the_saved_steps(workdir, tmp_path):
   with pytest.raises(FileNotFoundError, match=r"step 7 .*saved steps: \[5, 10\]"):
-    terrain_run.load_checkpoint(str(workdir), 7)
+    ckpt_lib.load_checkpoint(str(workdir), 7)
   with pytest.raises(FileNotFoundError, match="no usable checkpoint"):
-    terrain_run.load_checkpoint(str(tmp_path))
+    ckpt_lib.load_checkpoint(str(tmp_path))
   with pytest.raises(SystemExit):
     cli.parser().parse_args(["--workdir", str(workdir), "--sigmas", "a,b"])
 
@@ -116,7 +117,7 @@ def test_chunked_and_unchunked_runs_agree(workdir, tmp_path):
   # The budget's default comes from the run's config (0 = automatic: 2 GiB on a CPU).
   assert chunked["chunks"]["memory_budget_bytes"] is None
   args = cli.parser().parse_args(["--workdir", str(workdir)])
-  saved = terrain_run.load_checkpoint(str(workdir))
+  saved = ckpt_lib.load_checkpoint(str(workdir))
   assert cli.memory_budget(args, saved.config) == 2 * 2 ** 30
   saved.config.terrain.memory_budget_gib = 0.5
   assert cli.memory_budget(args, saved.config) == 2 ** 29
@@ -148,7 +149,7 @@ def test_the_demos_terrain_runs_within_a_memory_cap(demo_workdir, tmp_path):
   """The command the README shows, at the demo's sizes, in a process whose address space is capped
   at 5 GiB, with a 64 MiB budget. Its 2-D slice alone, evaluated at once, would ask XLA for more
   than the cap (checked by compiling it, not by running it)."""
-  saved = terrain_run.load_checkpoint(str(demo_workdir))
+  saved = ckpt_lib.load_checkpoint(str(demo_workdir))
   batch = terrain_run.heldout_batch(saved.config, saved.run)
   assert batch["inputs"].shape == (128, 128)   # the demo's evaluation: 16 sources x 8 windows
   whole = terrain_run.heldout_loss_fn(saved.run.model_config, batch)

@@ -29,14 +29,10 @@ from typing import Any
 
 import jax
 
+from andrea_jax.checkpoint import load_checkpoint
 from andrea_jax.terrain import budget as budget_lib
 from andrea_jax.terrain.report import write_basin_report
-from andrea_jax.terrain.run import (
-    heldout_batch,
-    heldout_loss_fn,
-    load_checkpoint,
-    windows_per_chunk,
-)
+from andrea_jax.terrain.run import heldout_batch, heldout_loss_fn, windows_per_chunk
 
 
 def _floats(text: str) -> list[float]:

@@ -12,6 +12,7 @@ done so far).
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import math
@@ -195,6 +196,51 @@ def basin_report(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, key: ja
     >>> rep = basin_report(loss_fn, params, jax.random.key(0), hessian_k=1, slice_points=11)
     >>> rep["hessian"]["top_eigenvalues"][0], rep["sharpness"]["mean_increase"]
   """
+  num_params = _check_settings(params, sigmas, num_samples, hessian_k, hessian_iters,
+                               trace_samples, slice_points, slice_range)
+  sigmas_K = np.asarray(sigmas, dtype=np.float64)
+  m = min(hessian_iters, num_params)
+  plan = chunk_plan(loss_fn, params, memory_budget=memory_budget, batch_size=batch_size,
+                    hvps=trace_samples > 0, lanczos_iters=m if hessian_k > 0 else 0)
+  report: dict[str, Any] = {
+      "num_params": num_params,
+      "param_norm": _floats(tree_norm(params)),
+      "settings": {
+          "sigmas": _floats(sigmas_K), "num_samples": num_samples, "hessian_k": hessian_k,
+          "hessian_iters": hessian_iters, "trace_samples": trace_samples,
+          "slice_points": slice_points, "slice_range": float(slice_range),
+          "filter_norm": bool(filter_norm), "ignore_1d": bool(ignore_1d),
+      },
+      "chunks": plan, "seconds": {}, "complete": False,
+  }
+  total = (1 + num_samples * sigmas_K.size + slice_points + (m if hessian_k else 0)
+           + trace_samples + slice_points ** 2)
+  with tqdm(total=total, unit="eval", disable=not progress, dynamic_ncols=True) as bar:
+    ctx = _Context(loss_fn=loss_fn, params=params, key=key, plan=plan, update=bar.update,
+                   dir_kw={"filter_norm": filter_norm, "ignore_1d": ignore_1d},
+                   grid_P=np.linspace(-slice_range, slice_range, slice_points),
+                   sigmas_K=sigmas_K, num_samples=num_samples, hessian_k=hessian_k,
+                   lanczos_iters=m, trace_samples=trace_samples, num_params=num_params)
+    for name in PARTS:
+      t0 = time.perf_counter()
+      bar.set_description(name)
+      _PART_FNS[name](ctx, report)
+      # A part's compiled programs keep their buffers (XLA's CPU runtime) until they are
+      # collected, and some sit in reference cycles: collect them now, so parts' memory never
+      # adds up.
+      gc.collect()
+      report["seconds"][name] = round(time.perf_counter() - t0, 3)
+      report["complete"] = name == PARTS[-1]
+      if on_part is not None:
+        on_part(report, name)
+  return report
+
+
+def _check_settings(params: PyTree, sigmas: Sequence[float], num_samples: int, hessian_k: int,
+                    hessian_iters: int, trace_samples: int, slice_points: int,
+                    slice_range: float) -> int:
+  """:func:`basin_report`'s settings checked (``ValueError`` naming the field); returns the
+  parameter count."""
   _check_count("num_samples", num_samples, 1)
   _check_count("hessian_k", hessian_k, 0)
   _check_count("hessian_iters", hessian_iters, 1)
@@ -213,111 +259,106 @@ def basin_report(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, key: ja
   sigmas_K = np.asarray(sigmas, dtype=np.float64)
   if sigmas_K.ndim != 1 or sigmas_K.size == 0 or not np.all(np.isfinite(sigmas_K)):
     raise ValueError(f"sigmas must be a non-empty 1-D sequence of finite numbers, got {sigmas!r}")
-  key_of = lambda i: jax.random.fold_in(key, i)
-  dir_kw = {"filter_norm": filter_norm, "ignore_1d": ignore_1d}
-  m = min(hessian_iters, num_params)
-  plan = chunk_plan(loss_fn, params, memory_budget=memory_budget, batch_size=batch_size,
-                    hvps=trace_samples > 0, lanczos_iters=m if hessian_k > 0 else 0)
-  grid_P = np.linspace(-slice_range, slice_range, slice_points)
+  return num_params
 
-  report: dict[str, Any] = {
-      "num_params": num_params,
-      "param_norm": _floats(tree_norm(params)),
-      "settings": {
-          "sigmas": _floats(sigmas_K), "num_samples": num_samples, "hessian_k": hessian_k,
-          "hessian_iters": hessian_iters, "trace_samples": trace_samples,
-          "slice_points": slice_points, "slice_range": float(slice_range),
-          "filter_norm": bool(filter_norm), "ignore_1d": bool(ignore_1d),
-      },
-      "chunks": plan, "seconds": {}, "complete": False,
-  }
-  total = (1 + num_samples * sigmas_K.size + slice_points + (m if hessian_k else 0)
-           + trace_samples + slice_points ** 2)
-  bar = tqdm(total=total, unit="eval", disable=not progress, dynamic_ncols=True)
 
-  def finished(name: str, t0: float) -> None:
-    # A part's compiled programs keep their buffers (XLA's CPU runtime) until they are collected,
-    # and some sit in reference cycles: collect them now, so parts' memory never adds up.
-    gc.collect()
-    report["seconds"][name] = round(time.perf_counter() - t0, 3)
-    report["complete"] = name == PARTS[-1]
-    if on_part is not None:
-      on_part(report, name)
+@dataclasses.dataclass
+class _Context:
+  """What the parts of one :func:`basin_report` share."""
+  loss_fn: Callable[[PyTree], jax.Array]
+  params: PyTree
+  key: jax.Array
+  plan: dict[str, Any]
+  update: Callable[[int], Any]        # the progress bar's
+  dir_kw: dict[str, bool]
+  grid_P: np.ndarray
+  sigmas_K: np.ndarray
+  num_samples: int
+  hessian_k: int
+  lanczos_iters: int
+  trace_samples: int
+  num_params: int
+  base_loss: float = 0.0
+  plane_args: tuple = ()              # (params, d_x, d_y) of the slices
 
-  with bar:
-    # The loss at w.
-    t0 = time.perf_counter()
-    bar.set_description("loss")
-    base_loss = float(jax.jit(loss_fn)(params))
-    bar.update(1)
-    report["loss"] = _floats(base_loss)
-    finished("loss", t0)
+  def key_of(self, i: int) -> jax.Array:
+    return jax.random.fold_in(self.key, i)
 
-    # Perturbation sharpness: the directions a chunk of samples at a time.
-    t0 = time.perf_counter()
-    bar.set_description("sharpness")
-    loss_NxK = _in_chunks(
-        lambda p, k, ids: perturbed_losses(loss_fn, p, k, jnp.asarray(sigmas_K), ids, **dir_kw),
-        (params, key_of(_SHARPNESS)), np.arange(num_samples), plan["sharpness_samples"],
-        bar.update, weight=sigmas_K.size)
-    increase_KxN = loss_NxK.T.astype(np.float64) - base_loss
-    with np.errstate(invalid="ignore"):   # a diverged perturbation: inf - inf, reported as None
-      mean_K = np.mean(increase_KxN, axis=1)
-      std_K = (np.std(increase_KxN, axis=1, ddof=1) if num_samples > 1
-               else np.zeros(sigmas_K.size))
-    report["sharpness"] = {"sigmas": _floats(sigmas_K), "mean_increase": _floats(mean_K),
-                           "std_increase": _floats(std_K)}
-    finished("sharpness", t0)
+  def on_plane(self, p, dx, dy, ab_Px2):
+    return loss_on_plane(self.loss_fn, p, dx, dy, ab_Px2[:, 0], ab_Px2[:, 1])
 
-    # The 1-D slice, as the beta = 0 line of the plane (the 2-D slice's function).
-    t0 = time.perf_counter()
-    bar.set_description("slice_1d")
-    directions = jax.jit(lambda p, k: random_direction(k, p, **dir_kw))
-    plane_args = (params, directions(params, key_of(_DIR_X)), directions(params, key_of(_DIR_Y)))
-    on_plane = lambda p, dx, dy, ab: loss_on_plane(loss_fn, p, dx, dy, ab[:, 0], ab[:, 1])
-    line_Px2 = np.stack([grid_P, np.zeros_like(grid_P)], axis=1)
-    s1_P = _in_chunks(on_plane, plane_args, line_Px2, plan["points"], bar.update)
-    report["slice_1d"] = {"alphas": _floats(grid_P), "losses": _floats(s1_P)}
-    finished("slice_1d", t0)
 
-    # The top Hessian eigenvalues: one Lanczos run, one HVP per step.
-    t0 = time.perf_counter()
-    hessian: dict[str, Any] = {}
-    report["hessian"] = hessian
-    if hessian_k > 0:
-      bar.set_description("hessian")
-      eig_k = jax.jit(lambda p, k: hessian_top_eigenvalues(
-          loss_fn, p, k, k=min(hessian_k, m), num_iters=m,
-          on_step=lambda: bar.update(1)))(params, key_of(_HESSIAN))
-      hessian.update(top_eigenvalues=_floats(eig_k), num_iters=m)
-    finished("hessian", t0)
+def _loss_part(ctx: _Context, report: dict[str, Any]) -> None:
+  """The loss at ``w``."""
+  ctx.base_loss = float(jax.jit(ctx.loss_fn)(ctx.params))
+  ctx.update(1)
+  report["loss"] = _floats(ctx.base_loss)
 
-    # The Hutchinson trace: the Rademacher vectors a chunk at a time.
-    t0 = time.perf_counter()
-    if trace_samples > 0:
-      bar.set_description("trace")
-      q_S = _in_chunks(lambda p, k, ids: hutchinson_samples(loss_fn, p, k, ids),
-                       (params, key_of(_TRACE)), np.arange(trace_samples), plan["trace_samples"],
-                       bar.update)
-      q_S = q_S.astype(np.float64)
-      with np.errstate(invalid="ignore"):
-        tr = np.mean(q_S)
-        tr_se = np.std(q_S, ddof=1) / np.sqrt(trace_samples) if trace_samples > 1 else 0.0
-      hessian.update(trace=_floats(tr), trace_stderr=_floats(tr_se),
-                     mean_curvature=_floats(tr / num_params), trace_samples=trace_samples)
-    finished("trace", t0)
 
-    # The 2-D slice: the grid's points a chunk at a time.
-    t0 = time.perf_counter()
-    bar.set_description("slice_2d")
-    a_PxP, b_PxP = np.meshgrid(grid_P, grid_P, indexing="ij")
-    plane_Qx2 = np.stack([a_PxP.reshape(-1), b_PxP.reshape(-1)], axis=1)
-    s2_PxP = _in_chunks(on_plane, plane_args, plane_Qx2, plan["points"],
-                        bar.update).reshape(a_PxP.shape)
-    report["slice_2d"] = {"alphas": _floats(grid_P), "betas": _floats(grid_P),
-                          "losses": _floats(s2_PxP)}
-    finished("slice_2d", t0)
-  return report
+def _sharpness_part(ctx: _Context, report: dict[str, Any]) -> None:
+  """Perturbation sharpness: the directions a chunk of samples at a time."""
+  loss_NxK = _in_chunks(
+      lambda p, k, ids: perturbed_losses(ctx.loss_fn, p, k, jnp.asarray(ctx.sigmas_K), ids,
+                                         **ctx.dir_kw),
+      (ctx.params, ctx.key_of(_SHARPNESS)), np.arange(ctx.num_samples),
+      ctx.plan["sharpness_samples"], ctx.update, weight=ctx.sigmas_K.size)
+  increase_KxN = loss_NxK.T.astype(np.float64) - ctx.base_loss
+  with np.errstate(invalid="ignore"):   # a diverged perturbation: inf - inf, reported as None
+    mean_K = np.mean(increase_KxN, axis=1)
+    std_K = (np.std(increase_KxN, axis=1, ddof=1) if ctx.num_samples > 1
+             else np.zeros(ctx.sigmas_K.size))
+  report["sharpness"] = {"sigmas": _floats(ctx.sigmas_K), "mean_increase": _floats(mean_K),
+                         "std_increase": _floats(std_K)}
+
+
+def _slice_1d_part(ctx: _Context, report: dict[str, Any]) -> None:
+  """The 1-D slice, as the ``beta = 0`` line of the plane (the 2-D slice's function)."""
+  directions = jax.jit(lambda p, k: random_direction(k, p, **ctx.dir_kw))
+  ctx.plane_args = (ctx.params, directions(ctx.params, ctx.key_of(_DIR_X)),
+                    directions(ctx.params, ctx.key_of(_DIR_Y)))
+  line_Px2 = np.stack([ctx.grid_P, np.zeros_like(ctx.grid_P)], axis=1)
+  s1_P = _in_chunks(ctx.on_plane, ctx.plane_args, line_Px2, ctx.plan["points"], ctx.update)
+  report["slice_1d"] = {"alphas": _floats(ctx.grid_P), "losses": _floats(s1_P)}
+
+
+def _hessian_part(ctx: _Context, report: dict[str, Any]) -> None:
+  """The top Hessian eigenvalues: one Lanczos run, one HVP per step."""
+  report["hessian"] = {}
+  if ctx.hessian_k > 0:
+    m = ctx.lanczos_iters
+    eig_k = jax.jit(lambda p, k: hessian_top_eigenvalues(
+        ctx.loss_fn, p, k, k=min(ctx.hessian_k, m), num_iters=m,
+        on_step=lambda: ctx.update(1)))(ctx.params, ctx.key_of(_HESSIAN))
+    report["hessian"].update(top_eigenvalues=_floats(eig_k), num_iters=m)
+
+
+def _trace_part(ctx: _Context, report: dict[str, Any]) -> None:
+  """The Hutchinson trace: the Rademacher vectors a chunk at a time."""
+  if ctx.trace_samples == 0:
+    return
+  q_S = _in_chunks(lambda p, k, ids: hutchinson_samples(ctx.loss_fn, p, k, ids),
+                   (ctx.params, ctx.key_of(_TRACE)), np.arange(ctx.trace_samples),
+                   ctx.plan["trace_samples"], ctx.update).astype(np.float64)
+  with np.errstate(invalid="ignore"):
+    tr = np.mean(q_S)
+    tr_se = np.std(q_S, ddof=1) / np.sqrt(ctx.trace_samples) if ctx.trace_samples > 1 else 0.0
+  report["hessian"].update(trace=_floats(tr), trace_stderr=_floats(tr_se),
+                           mean_curvature=_floats(tr / ctx.num_params),
+                           trace_samples=ctx.trace_samples)
+
+
+def _slice_2d_part(ctx: _Context, report: dict[str, Any]) -> None:
+  """The 2-D slice: the grid's points a chunk at a time."""
+  a_PxP, b_PxP = np.meshgrid(ctx.grid_P, ctx.grid_P, indexing="ij")
+  plane_Qx2 = np.stack([a_PxP.reshape(-1), b_PxP.reshape(-1)], axis=1)
+  s2_PxP = _in_chunks(ctx.on_plane, ctx.plane_args, plane_Qx2, ctx.plan["points"],
+                      ctx.update).reshape(a_PxP.shape)
+  report["slice_2d"] = {"alphas": _floats(ctx.grid_P), "betas": _floats(ctx.grid_P),
+                        "losses": _floats(s2_PxP)}
+
+
+_PART_FNS = {"loss": _loss_part, "sharpness": _sharpness_part, "slice_1d": _slice_1d_part,
+             "hessian": _hessian_part, "trace": _trace_part, "slice_2d": _slice_2d_part}
 
 
 def _nan_for_none(x: Any) -> np.ndarray:
