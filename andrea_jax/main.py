@@ -89,7 +89,7 @@ def _fail(error: Exception, state_of_checkpoints: str):
   """Ends the command on bad input: the message names the field, file or step, and a traceback
   would only bury it (``--verbosity`` given: the traceback too). Every process that fails prints
   it, named when there are several: a file missing on one host shows up in that host's log."""
-  from absl import flags
+  from absl import flags, logging  # noqa: F401  (absl.logging defines --verbosity)
   if flags.FLAGS["verbosity"].present:
     raise error
   import jax

@@ -118,4 +118,7 @@ def test_every_strategy_trains_and_resumes_bit_identically(strategy, tmp_path, d
   read = lambda run: [json.loads(line) for line in (tmp_path / run / "metrics.jsonl").open()]
   assert read("parts") == read("whole")
   kinds = {r["curriculum/phase_kind"] for r in read("whole") if "curriculum/phase_kind" in r}
-  assert kinds - {curriculum.KIND_FIXED}, "the mixer decided no phase"
+  if strategy == "static":   # every phase holds the region's mixture
+    assert kinds == {curriculum.KIND_FIXED}
+  else:
+    assert kinds - {curriculum.KIND_FIXED}, "the mixer decided no phase"

@@ -147,7 +147,7 @@ def test_eight_devices_train_like_one_for_every_mesh(tmp_path, tmp_path_factory,
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=8",
              JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax_cache"))   # the report's init: cached
   # One subprocess per mesh, started first, so their compilations overlap the reference run's.
-  procs = {m: subprocess.Popen([sys.executable, __file__, str(tmp_path), m], cwd=REPO, env=env,
+  procs = {m: subprocess.Popen([sys.executable, "-m", "tests.test_sharding", str(tmp_path), m], cwd=REPO, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
            for m in MESHES}
   try:

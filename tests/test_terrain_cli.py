@@ -127,7 +127,7 @@ def test_chunked_and_unchunked_runs_agree(workdir, tmp_path):
     cli.main(common + ["--memory_budget_gib", "-1"])
 
 
-# The demo (experiments/tiny.py) at its own model and evaluation sizes: 0.9M parameters, 16 sources
+# The demo (experiments/tiny.py) at its own model and evaluation sizes: 0.9M parameters, 6 sources
 # x 8 held-out windows of 128 tokens. Two steps of training are enough: the terrain's cost does not
 # depend on the run's length.
 DEMO_CAP = 5 * 2 ** 30        # address space of the terrain's process (RLIMIT_AS)
@@ -151,7 +151,8 @@ def test_the_demos_terrain_runs_within_a_memory_cap(demo_workdir, tmp_path):
   than the cap (checked by compiling it, not by running it)."""
   saved = ckpt_lib.load_checkpoint(str(demo_workdir))
   batch = terrain_run.heldout_batch(saved.config, saved.run)
-  assert batch["inputs"].shape == (128, 128)   # the demo's evaluation: 16 sources x 8 windows
+  rows = len(saved.run.sources) * saved.config.eval.sequences_per_source
+  assert rows == 6 * 8 and batch["inputs"].shape == (rows, 128)   # the demo's evaluation
   whole = terrain_run.heldout_loss_fn(saved.run.model_config, batch)
   points = 5 * 5
   assert points * budget_lib.point_bytes(whole, saved.params) > DEMO_CAP
@@ -171,8 +172,8 @@ def test_the_demos_terrain_runs_within_a_memory_cap(demo_workdir, tmp_path):
   assert proc.returncode == 0, proc.stderr[-3000:]
   report = json.loads((out / "basin.json").read_text())
   assert report["complete"] and report["step"] == 2
-  assert report["heldout"]["sequences"] == 128 and report["heldout"]["seq_len"] == 128
-  assert 1 <= report["heldout"]["windows_per_chunk"] < 128
+  assert report["heldout"]["sequences"] == rows and report["heldout"]["seq_len"] == 128
+  assert 1 <= report["heldout"]["windows_per_chunk"] < rows
   assert report["chunks"]["memory_budget_bytes"] == 2 ** 26
   assert report["chunks"]["points"] < points
   assert len(report["slice_2d"]["losses"]) == 5 and None not in report["slice_2d"]["losses"][2]

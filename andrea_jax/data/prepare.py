@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from absl import app, flags
+from absl import logging  # noqa: F401  (defines --verbosity, read on failure)
 from ml_collections import config_flags
 
 from andrea_jax.data.config import prepare_from_config, validate_data_config, without_data
