@@ -104,12 +104,12 @@ def truncate_samples(path: str, last_step: int) -> None:
 
 def _replace(path: str, lines: list[str]) -> None:
   # Atomic: a kill or a full disk leaves the old file or the new one, never half of it.
-  storage.atomic_write(path, "".join(lines).encode(), f"{path} is unchanged: {_AGAIN}")
+  storage.atomic_write(path, "".join(lines).encode(), f"{path} is unchanged. {_AGAIN}")
 
 
 # What to do after a log write failed: the records of the steps before the newest checkpoint are
 # all in the logs (written before it was saved), and a resumed run writes the others again.
-_AGAIN = ("free some space, then run the same command again: it resumes from the newest "
+_AGAIN = ("Free some space, then run the same command again: it resumes from the newest "
           "checkpoint and writes the log records after it again")
 
 

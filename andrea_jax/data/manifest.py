@@ -58,7 +58,7 @@ def atomic_write_bytes(path: str, content: bytes) -> None:
 
 
 # After a failed write of prepared data: what is listed in the manifest is whole, the rest is redone.
-_AGAIN = "free some space, then run again: the sources not yet listed in it are prepared again"
+_AGAIN = "free some space, then run again (it prepares the sources not listed in it)"
 
 
 def write_manifest(out_dir: str, manifest: dict[str, Any]) -> None:
