@@ -1,5 +1,5 @@
-"""The workdir lock: refused while held, taken over when its holder is gone, released at exit; and the
-failed-write errors of andrea_jax.storage. (Whole runs: tests/faults/test_lock.py.)"""
+"""The workdir lock: refused while held, taken over when its holder is gone, released at exit; and
+the failed-write errors of andrea_jax.storage. (Whole runs: tests/faults/test_lock.py.)"""
 
 import dataclasses
 import errno
@@ -134,7 +134,7 @@ def test_of_many_processes_racing_for_one_stale_lock_exactly_one_wins(tmp_path):
     barrier = threading.Barrier(6)
     got = []
 
-    def contend():
+    def contend(barrier=barrier, got=got):
       barrier.wait()
       try:
         got.append(workdir_lib.acquire(str(tmp_path), log=lambda line: None))
@@ -207,8 +207,8 @@ TENSORSTORE_ENOSPC = (
 
 def test_failed_writes_are_recognised_in_both_forms_and_through_the_chain():
   assert storage.failed_write(ValueError(TENSORSTORE_ENOSPC)) == (
-      28, "/mnt/small/checkpoints/3.orbax-checkpoint-tmp/state.orbax-checkpoint-tmp/"
-      "ocdbt.process_0/d/aa7aef5c55103420ef7cb2b343aff2a5")
+      28, ("/mnt/small/checkpoints/3.orbax-checkpoint-tmp/state.orbax-checkpoint-tmp/"
+           "ocdbt.process_0/d/aa7aef5c55103420ef7cb2b343aff2a5"))
   assert storage.failed_write(OSError(errno.EDQUOT, "Disk quota exceeded")) == (errno.EDQUOT, None)
   assert storage.failed_write(OSError(errno.EIO, "I/O error")) is None      # not room/permission
   assert storage.failed_write(ValueError("os_error_code='5'")) is None

@@ -57,7 +57,7 @@ def atomic_write_bytes(path: str, content: bytes) -> None:
   storage.atomic_write(path, content, f"{path} is as it was before: {_AGAIN}")
 
 
-# After a failed write of prepared data: what is listed in the manifest is whole, the rest is redone.
+# After a failed write of prepared data: what the manifest lists is whole, the rest is redone.
 _AGAIN = "free some space, then run again (it prepares the sources not listed in it)"
 
 

@@ -135,32 +135,43 @@ def prepared_dirs(cache_dir: str) -> list[str]:
   return sorted(glob.glob(os.path.join(cache_dir, "builtin", "*", "prepared-*")))
 
 
-def campaign(config, workdir, faults: list[str], *, env: dict[str, str], progress=None) -> list:
+def campaign(config, workdir, faults: list[str], *, env: dict[str, str],
+             progress=None) -> tuple[list[str], list]:
   """Run the job in ``workdir`` as one segment per fault (``site@at``), each the training command
-  with that fault (this module), then one to the end (the real command); returns the
-  :class:`tests.faults.harness.Segment` of each. Before the first data fault (``shard``,
-  ``manifest``) the prepared data under ``config.data.cache_dir`` is removed, so that the run
-  prepares it again. ``progress(k, segment)`` after each segment."""
+  with that fault (this module), then one to the end (the real command).
+
+  A step written ``+n`` counts from the newest complete checkpoint when the segment starts
+  (``checkpoint@+4``: the second checkpoint it saves, with one every 2 steps). Before each data
+  fault (``shard``, ``manifest``) the prepared data under ``config.data.cache_dir`` is removed, so
+  that the run prepares it again. ``progress(k, fault, segment)`` after each segment. Returns the
+  faults with their steps resolved and the :class:`tests.faults.harness.Segment` of each, the last
+  one the run to the end.
+  """
   import shutil
 
   import numpy as np
 
   from tests.faults import harness
-  segments, removed = [], False
+  resolved, segments = [], []
   for k, fault in enumerate(list(faults) + ["none"]):
-    if fault.split("@")[0] in ("shard", "manifest") and not removed:
+    site, _, at = fault.partition("@")
+    if at.startswith("+"):
+      at = str(max(harness.final_steps(workdir / "checkpoints"), default=0) + int(at))
+      fault = f"{site}@{at}"
+    if site in ("shard", "manifest"):
       for d in prepared_dirs(config.data.cache_dir):
         shutil.rmtree(d)
-      removed = True
     faulty = fault != "none"
     segments.append(harness.run_segment(
         config, workdir, "none", env=dict(env, ANDREA_FAULTS_ENOSPC=fault) if faulty else env,
         rng=np.random.default_rng(k), num_steps=config.train.num_steps,
         log=workdir.parent / f"{workdir.name}.enospc{k:02d}.log",
         module="faults.enospc" if faulty else "andrea_jax.main"))
+    if faulty:
+      resolved.append(fault)
     if progress is not None:
-      progress(k, segments[-1])
-  return segments
+      progress(k, fault, segments[-1])
+  return resolved, segments
 
 
 def failed_path(fault: str, workdir, cache_dir: str) -> str:
@@ -193,32 +204,33 @@ def _data_problem(cache_dir: str) -> str | None:
   return None
 
 
-def check(segments, faults: list[str], workdir, cache_dir: str) -> dict[str, list[str]]:
-  """What each fault lost, by fault (``[]``: nothing): the command did not end with one ``error:``
-  line naming the file, a complete checkpoint fails verification, the failed checkpoint was
-  renamed into place, something half-written is taken for good, or the next run that resumed did
-  not resume from the newest complete checkpoint."""
+def check(segments, faults: list[str], workdir, cache_dir: str) -> list[dict]:
+  """Per fault: ``named`` (the command ended with exit 1 and one ``error:`` line naming the file),
+  ``lost`` (what it lost, ``[]`` for nothing: a complete checkpoint that fails verification, the
+  failed checkpoint renamed into place, half-written data taken for good, a next run that did not
+  resume from the newest complete checkpoint) and ``steps_lost`` (committed steps that run did not
+  resume from)."""
   from tests.faults import harness
-  out = {}
+  out = []
   for k, (fault, seg) in enumerate(zip(faults, segments)):
     site, at = fault.split("@")
-    why = []
+    lost = []
     want = f"error: cannot write {failed_path(fault, workdir, cache_dir)}: No space left on device"
-    if seg.returncode != 1 or seg.output.count("error: ") != 1 or want not in seg.output:
-      why.append(f"exited {seg.returncode} without the error naming the file:\n"
-                 f"{seg.output[-2000:]}")
+    named = seg.returncode == 1 and seg.output.count("error: ") == 1 and want in seg.output
     if seg.unverified:
-      why.append(f"complete checkpoints fail verification: {seg.unverified}")
+      lost.append(f"complete checkpoints fail verification: {seg.unverified}")
     if site in ("checkpoint", "commit") and int(at) in harness.final_steps(workdir / "checkpoints"):
-      why.append(f"checkpoint {at} was renamed into place")
+      lost.append(f"checkpoint {at} was renamed into place")
     problem = _data_problem(cache_dir)
     if problem:
-      why.append(problem)
+      lost.append(problem)
     nxt = next((s for s in segments[k + 1:] if s.resumed_from is not None), None)
-    if nxt is None or nxt.resumed_from != seg.newest_after:
-      why.append(f"the next run resumed from {nxt and nxt.resumed_from}, not from the newest "
-                 f"complete checkpoint {seg.newest_after}")
-    out[fault] = why
+    steps = seg.newest_after - (nxt.resumed_from if nxt is not None else 0)
+    if steps:
+      lost.append(f"the next run resumed from {nxt and nxt.resumed_from}, not from the newest "
+                  f"complete checkpoint {seg.newest_after}")
+    out.append({"fault": fault, "site": site, "named": named, "lost": lost, "steps_lost": steps,
+                "output": seg.output[-2000:]})
   return out
 
 

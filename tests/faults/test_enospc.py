@@ -1,6 +1,6 @@
-"""A full disk at each write site: a clear error naming the file, the previous checkpoint, manifest or
-log left whole, nothing half-written under a final name, and the run resumed afterwards equal to
-the uninterrupted one. The disk is not filled: tests/faults/enospc.py injects ``ENOSPC``."""
+"""A full disk at each write site: a clear error naming the file, the previous checkpoint, manifest
+or log left whole, nothing half-written under a final name, and the run resumed afterwards equal
+to the uninterrupted one. The disk is not filled: tests/faults/enospc.py injects ``ENOSPC``."""
 
 import errno
 import json
@@ -14,8 +14,7 @@ import pytest
 from andrea_jax import checkpoint as ckpt_lib
 from andrea_jax import logs
 from andrea_jax import storage
-from andrea_jax.data import SourceSpec, load_tokenizer, prepare
-from andrea_jax.data import cache
+from andrea_jax.data import SourceSpec, cache, load_tokenizer, prepare
 from andrea_jax.data import manifest as mf
 from tests.faults import corrupt, enospc, harness
 
@@ -103,7 +102,7 @@ def test_a_full_disk_while_sealing_leaves_a_whole_checkpoint_that_is_resumed(inj
   ckpts = ckpt_lib.Checkpoints(str(directory), keep=5)
   with warnings.catch_warnings():
     warnings.simplefilter("error")   # not taken for damaged
-    step, state, _ = ckpts.restore_latest(corrupt.abstract(corrupt.tiny_state(0)))
+    step, _, _ = ckpts.restore_latest(corrupt.abstract(corrupt.tiny_state(0)))
   ckpts.close()
   assert step == 2 and (directory / "2" / ckpt_lib.SEAL).exists()   # sealed on resume
   assert ckpt_lib.verify(str(directory / "2")) is None
@@ -221,12 +220,14 @@ def test_a_full_disk_at_each_write_site_then_resume_reproduces_the_uninterrupted
   config = harness.fault_config()
   config.data.cache_dir = str(tmp_path / "cache")   # its own prepared data (not in the numbers)
   workdir = tmp_path / "run"
-  segments = enospc.campaign(config, workdir, FAULTS, env=harness.environment(xla_cache))
+  faults, segments = enospc.campaign(config, workdir, FAULTS, env=harness.environment(xla_cache))
   logs_ = "\n".join(f"--- {f} rc={s.returncode} resumed={s.resumed_from} newest "
                      f"{s.newest_before}->{s.newest_after}\n{s.output[-1500:]}"
-                     for f, s in zip(FAULTS + ["none"], segments))
-  lost = enospc.check(segments, FAULTS, workdir, config.data.cache_dir)
-  assert lost == {f: [] for f in FAULTS}, logs_
+                     for f, s in zip(faults + ["none"], segments))
+  assert faults == FAULTS
+  outcomes = enospc.check(segments, faults, workdir, config.data.cache_dir)
+  assert [(o["fault"], o["named"], o["lost"]) for o in outcomes] == [
+      (f, True, []) for f in FAULTS], logs_
   # Where each one stopped: the failed checkpoint's predecessor, the checkpoint before the log
   # record, the unsealed checkpoint itself; the data faults before any step.
   assert [s.newest_after for s in segments[:-1]] == [4, 8, 12, 16, 16, 16], logs_
