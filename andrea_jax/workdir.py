@@ -283,6 +283,17 @@ def _claim(marker: str) -> bool:
   return False
 
 
+def _remove_leftovers(path: str) -> None:
+  """Removes the takeover markers and stale files that a process killed in the middle of a
+  takeover left (older than :data:`_TAKEOVER_S`: no takeover is still using them)."""
+  workdir, name = os.path.split(path)
+  for leftover in os.listdir(workdir):
+    if leftover.startswith(name + ".") and leftover.endswith((".takeover", ".stale")):
+      with contextlib.suppress(OSError):
+        if time.time() - os.stat(os.path.join(workdir, leftover)).st_mtime > _TAKEOVER_S:
+          os.remove(os.path.join(workdir, leftover))
+
+
 class WorkdirLock:
   """A lock this process holds; a thread renews it every ``heartbeat_s`` seconds and records in
   :attr:`lost` why it no longer names this run, if it ever does not."""
@@ -358,6 +369,7 @@ def acquire(workdir: str, *, lease_s: float = LEASE_S, heartbeat_s: float = HEAR
   holder = Holder.this_process()
   for _ in range(_ATTEMPTS):
     if _create(path, holder):
+      _remove_leftovers(path)
       return WorkdirLock(path, holder, heartbeat_s)
     seen = _look(path)
     if seen is None:

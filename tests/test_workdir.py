@@ -3,6 +3,7 @@ the failed-write errors of andrea_jax.storage. (Whole runs: tests/faults/test_lo
 
 import dataclasses
 import errno
+import hashlib
 import json
 import os
 import subprocess
@@ -153,6 +154,51 @@ def test_of_many_processes_racing_for_one_stale_lock_exactly_one_wins(tmp_path):
     winners[0].release()
     assert os.listdir(tmp_path) == []
   assert outcomes == [1] * 5
+
+
+def test_a_takeover_killed_halfway_does_not_block_the_next_one(tmp_path, monkeypatch):
+  # A process killed between claiming a takeover and finishing it left its marker (and the stale
+  # file it had moved aside): the next run waits out _TAKEOVER_S, then takes the lock, and removes
+  # what is older than that.
+  monkeypatch.setattr(workdir_lib, "_TAKEOVER_S", 0.3)
+  seen = _write_lock(tmp_path, token="stale", pid=2**22 + 1)
+  raw = (tmp_path / "run.lock").read_bytes()
+  marker = tmp_path / f"run.lock.{hashlib.sha256(raw).hexdigest()[:16]}.takeover"
+  marker.touch()
+  aside = tmp_path / "run.lock.0123.stale"
+  aside.write_text("{}")
+  old = time.time() - 10
+  os.utime(aside, (old, old))
+  lines = []
+  lock = workdir_lib.acquire(str(tmp_path), log=lines.append)
+  assert lines == [f"taking over the lock of {tmp_path}: {seen.describe()}, which held it, no "
+                   "longer exists"]
+  assert sorted(os.listdir(tmp_path)) == ["run.lock"]
+  lock.release()
+
+
+def test_preparing_data_waits_its_turn_and_says_so(tmp_path, capsys):
+  import fcntl
+  from andrea_jax.data import SourceSpec, load_tokenizer, prepare
+  (tmp_path / "chat.jsonl").write_text('{"text": "hello there"}\n' * 4)
+  spec = {"chat": SourceSpec(paths=(str(tmp_path / "chat.jsonl"),), format="jsonl",
+                             text_field="text")}
+  out = tmp_path / "out"
+  out.mkdir()
+  done = []
+  with open(out / ".lock", "a") as held:   # another process preparing the same directory
+    fcntl.flock(held, fcntl.LOCK_EX)
+    t = threading.Thread(target=lambda: done.append(
+        prepare(spec, load_tokenizer("bytes"), str(out), progress=False)))
+    t.start()
+    deadline = time.time() + 30
+    while "waiting for another process preparing" not in capsys.readouterr().err:
+      assert time.time() < deadline and not done
+      time.sleep(0.02)
+    assert not done
+    fcntl.flock(held, fcntl.LOCK_UN)
+  t.join()
+  assert done[0].prepared == ("chat",)
 
 
 def test_the_heartbeat_renews_the_lock_and_notices_when_it_is_taken(tmp_path):

@@ -15,19 +15,11 @@ import jax
 import numpy as np
 import pytest
 
+from andrea_jax import plots
 from andrea_jax import workdir as workdir_lib
+from andrea_jax.sources import SOURCES
 from andrea_jax.terrain.run import load_checkpoint
-from tests.faults import harness
-
-
-def _tree(workdir: Path) -> dict[str, tuple[int, int]]:
-  """Every file under ``workdir``: its size and modification time."""
-  out = {}
-  for root, _, files in os.walk(workdir):
-    for name in files:
-      st = os.stat(os.path.join(root, name))
-      out[os.path.relpath(os.path.join(root, name), workdir)] = (st.st_size, st.st_mtime_ns)
-  return out
+from tests.faults import double_launch, harness
 
 
 def _wait_for(check, proc, what, timeout=300):
@@ -65,7 +57,7 @@ def test_a_second_run_is_refused_and_a_killed_one_is_taken_over_and_resumed(refe
     # Frozen, the first run writes nothing while the second launch tries; that one has another
     # learning rate: had it written anything, the run's numbers would differ from the reference's.
     first.send_signal(signal.SIGSTOP)
-    before = _tree(workdir)
+    before = double_launch.tree(workdir)
     other = harness.fault_config()
     other.optim.peak_lr *= 2
     start = time.time()
@@ -79,11 +71,12 @@ def test_a_second_run_is_refused_and_a_killed_one_is_taken_over_and_resumed(refe
             f"{holder.host} (since ") in second.stderr, second.stderr
     assert f"nothing in {workdir} was changed by this command" in second.stderr
     assert "starting from" not in second.stdout and "resuming" not in second.stdout
-    assert _tree(workdir) == before
+    assert double_launch.tree(workdir) == before
     assert refused_after < 60, refused_after   # the interpreter, jax and the config: seconds
     print(f"second launch refused after {refused_after:.1f} s")
-    # A reader of the held workdir: the newest trustworthy checkpoint's weights.
+    # Readers of the held workdir: the newest trustworthy checkpoint's weights, the plots.
     assert load_checkpoint(str(workdir)).step >= 2
+    assert plots.summary_figure(str(workdir), SOURCES).axes
     # SIGTERM (delivered as it continues): a checkpoint, and the lock released on the way out.
     first.send_signal(signal.SIGTERM)
     first.send_signal(signal.SIGCONT)
