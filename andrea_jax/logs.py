@@ -123,12 +123,15 @@ class _EventFile:
   which this run writes again.
   """
 
+  FLUSH_S = 30.0   # as SummaryWriter: a flush (with an fsync) at most this often, and at close
+
   def __init__(self, logdir: str, resume_step: int, suffix: str):
     from tensorboardX.event_file_writer import EventsWriter
     from tensorboardX.proto.event_pb2 import Event, SessionLog
     os.makedirs(logdir, exist_ok=True)
     self.path = os.path.join(logdir, "events")
     self._event = Event
+    self._flushed = time.monotonic()
     self._writer = EventsWriter(self.path, suffix)
     self.path = getattr(self._writer, "_file_name", self.path)   # named in errors
     self._writer.write_event(Event(step=resume_step, file_version="brain.Event:2"))
@@ -147,7 +150,9 @@ class _EventFile:
         summary = text(k, v)
       if summary is not None:
         self._writer.write_event(self._event(summary=summary, step=step, wall_time=now))
-    self._writer.flush()
+    if time.monotonic() - self._flushed > self.FLUSH_S:
+      self._writer.flush()
+      self._flushed = time.monotonic()
 
   def close(self) -> None:
     self._writer.close()
