@@ -89,7 +89,7 @@ class Holder:
     stat = _proc_stat(pid)
     return cls(token=uuid.uuid4().hex, host=socket.gethostname(), pid=pid, boot_id=_boot_id(),
                pid_ns=_pid_ns(), proc_start=stat[1] if stat else None, taken=time.time(),
-               command=" ".join(sys.argv)[:300])
+               command=" ".join(sys.argv)[:200])
 
   def describe(self) -> str:
     """``process 4242 on host gpu-3 (since 2025-01-31 12:00:05: python -m andrea_jax.main ...)``"""
@@ -106,7 +106,9 @@ class Holder:
   def alive(self) -> bool:
     """Whether its process still runs (on this machine: :meth:`on_this_machine`)."""
     stat = _proc_stat(self.pid)
-    if stat is None:   # no /proc (macOS): whether the pid exists
+    if stat is None:
+      # No /proc (macOS), or not readable (another user's process under hidepid): whether the
+      # pid exists, which signal 0 tells without sending anything.
       try:
         os.kill(self.pid, 0)
       except ProcessLookupError:
@@ -114,8 +116,6 @@ class Holder:
       except PermissionError:
         return True
       return True
-    if stat == ("", -1):
-      return False
     state, start = stat
     return state not in ("Z", "X") and (self.proc_start is None or start == self.proc_start)
 
@@ -140,13 +140,11 @@ def _pid_ns() -> str | None:
 
 
 def _proc_stat(pid: int) -> tuple[str, int] | None:
-  """``(state, start time in ticks)`` of ``pid`` from ``/proc``; ``("", -1)`` when there is no
-  such process; ``None`` when this system has no ``/proc``."""
-  if not os.path.isdir("/proc/self"):
-    return None
+  """``(state, start time in ticks since boot)`` of ``pid`` from ``/proc``; ``None`` when it
+  cannot be read there (no such process, no ``/proc``, or hidden from this user)."""
   text = _read_text(f"/proc/{pid}/stat")
-  if text is None:
-    return "", -1
+  if not text:
+    return None
   fields = text[text.rindex(")") + 2:].split()   # the command name may hold spaces and parentheses
   return fields[0], int(fields[19])
 
