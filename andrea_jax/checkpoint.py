@@ -19,6 +19,7 @@ directory whose checkpoints are all damaged: the run never silently restarts fro
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -31,10 +32,13 @@ import warnings
 from typing import Any
 
 import jax
+import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 
+from andrea_jax import runconfig
 from andrea_jax import storage
+from andrea_jax.model import init_params
 
 SEAL = "andrea_checksums.json"
 DAMAGED = "damaged"   # where damaged checkpoints newer than the restored one are moved
@@ -478,3 +482,72 @@ def _dotted(path) -> str:
         parts.append(str(getattr(k, attr)))
         break
   return ".".join(parts)
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedRun:
+  """One checkpoint of a run: its config (as trained), the validated run, the step, the weights."""
+  config: ml_collections.ConfigDict
+  run: runconfig.Run
+  step: int
+  params: Any       # the model's parameter pytree
+
+
+def saved_config(config: dict) -> ml_collections.ConfigDict:
+  """A config as a checkpoint saved it, with each field a newer version added taken at its
+  default (a config saved before runs declared their sources ran over ANDREA's sixteen)."""
+  from andrea_jax.config import base_config
+  from andrea_jax.sources import SOURCES
+  defaults = base_config(sources=config.get("sources") or SOURCES).to_dict()
+  merged = dict(config)
+  for section, value in defaults.items():
+    if section not in merged:
+      merged[section] = value
+    elif isinstance(value, dict) and isinstance(merged[section], dict):
+      merged[section] = {**{k: v for k, v in value.items() if k not in merged[section]},
+                         **merged[section]}
+  return ml_collections.ConfigDict(merged)
+
+
+def load_checkpoint(workdir: str, step: int | None = None) -> SavedRun:
+  """The config and parameters of checkpoint ``step`` of the run in ``workdir`` (default: newest
+  that verifies), for sampling, evaluation or the terrain; reads only, so it works while a run
+  trains there.
+
+  The config is the one stored with the checkpoint (:func:`saved_config`), so the model and data
+  are rebuilt as trained; the parameters (only them) are restored onto one local device. Raises
+  ``FileNotFoundError`` naming the steps available when ``step`` has no trustworthy checkpoint.
+
+  Example:
+    >>> saved = load_checkpoint("runs/tiny", 500)
+    >>> saved.step, saved.run.model_config.d_model
+    (500, 128)
+  """
+  directory = os.path.join(os.path.abspath(workdir), "checkpoints")
+  steps = saved_steps(directory)
+  if not steps:
+    raise FileNotFoundError(f"no usable checkpoint under {directory}")
+  if step is None:
+    step = steps[-1]
+  if step not in steps:
+    problem = verify(os.path.join(directory, str(step))) if os.path.isdir(
+        os.path.join(directory, str(step))) else "not saved"
+    raise FileNotFoundError(f"no usable checkpoint for step {step} under {directory} ({problem}); "
+                            f"saved steps: {steps}")
+  mngr = reader(directory)
+  try:
+    meta = mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+    config = saved_config(meta["config"])
+    run = runconfig.build(config)
+    # Only the parameters: the rest of the state (optimizer, curriculum, detector) is not needed,
+    # and its layout may differ between versions of the trainer.
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    abstract = {"params": jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),
+        jax.eval_shape(init_params, run.model_config, jax.random.PRNGKey(0)))}
+    params = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
+        item=abstract, restore_args=ocp.checkpoint_utils.construct_restore_args(abstract),
+        partial_restore=True))).state["params"]
+  finally:
+    mngr.close()
+  return SavedRun(config=config, run=run, step=int(meta.get("step", step)), params=params)

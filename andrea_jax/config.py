@@ -101,6 +101,15 @@ def eval_section(sources: Sequence[str] = SOURCES) -> ml_collections.ConfigDict:
   return e
 
 
+def terrain_section() -> ml_collections.ConfigDict:
+  t = ml_collections.ConfigDict()
+  # GiB the basin measurements (python -m andrea_jax.terrain) may allocate beyond the weights: they
+  # evaluate perturbations and held-out windows in chunks sized to fit. 0 = automatic: half the
+  # accelerator's memory as jax reports it, 2 GiB on a CPU.
+  t.memory_budget_gib = 0.0
+  return t
+
+
 def base_config(sources: Sequence[str] = SOURCES, corpus: str = "synthetic"
                 ) -> ml_collections.ConfigDict:
   """The whole run configuration with the tiny defaults; experiments override from here.
@@ -129,6 +138,7 @@ def base_config(sources: Sequence[str] = SOURCES, corpus: str = "synthetic"
   c.curriculum = curriculum_config(sources=sources)
   c.train = train_section()
   c.eval = eval_section(sources)
+  c.terrain = terrain_section()  # the basin-width report of a checkpoint (andrea_jax.terrain)
   c.cliff = cliff_config()  # the zombie-cliff detector (andrea_jax.cliff)
   c.mesh = mesh_section()   # device mesh (data, fsdp) and the FSDP rule (andrea_jax.sharding)
   c.distributed = distributed_config()  # multi-host start-up (andrea_jax.distributed)

@@ -137,12 +137,13 @@ class _Signals:
 
 
 # Fields a resumed run may change without changing what it computes: when and how it stops,
-# logs, evaluates and checkpoints, and where its data and devices come from.
+# logs, evaluates and checkpoints, where its data and devices come from, and how its checkpoints
+# are read afterwards (terrain: the basin report's memory budget).
 RESUME_FREE = ("train.stop_step", "train.log_every", "train.progress_bar", "train.plot",
                "train.tensorboard", "train.checkpoint_every", "train.keep_checkpoints",
                "train.keep_period", "eval.",
                "data.workers", "data.cache_dir", "data.prefetch", "data.verify", "mesh.",
-               "distributed.")
+               "distributed.", "terrain.")
 
 
 def config_changes(saved: dict | None, current: dict) -> list[str]:

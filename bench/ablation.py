@@ -9,7 +9,7 @@ two must agree on the losses (max |difference| is printed as a check).
 CPU: state the ratios only (2 shared cores); GPU: the absolute times count too.
 
 Usage:
-  .venv/bin/python bench/ablation.py [--quick] [--variants 8] [--steps 100]
+  python -m bench.ablation [--quick] [--variants 8] [--steps 100]
 """
 
 from __future__ import annotations

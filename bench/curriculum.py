@@ -1,6 +1,6 @@
 """The curriculum's cost next to a training step, and the simulator's speed.
 
-    .venv/bin/python bench/curriculum.py [--quick]
+    python -m bench.curriculum [--quick]
 
 Rows, all measured in one run on the same device (on a CPU, read the ratios, not the times):
 

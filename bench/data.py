@@ -6,8 +6,8 @@ It also times ``prepare`` of the same Parquet rows through the ``datasets`` libr
 streamed) against the direct Parquet reader, as a ratio measured in the same run; the shards must
 come out identical.
 
-  .venv/bin/python bench/data.py            # built-in corpus at scale 1 (~16 MB of text)
-  .venv/bin/python bench/data.py --quick    # scale 0.25, fewer batches
+  python -m bench.data            # built-in corpus at scale 1 (~16 MB of text)
+  python -m bench.data --quick    # scale 0.25, fewer batches
 
 Target for the standard-library corpus: built (cut, written, prepared with the byte tokenizer) in
 under 30 s on 2 cores, the same bytes every time.

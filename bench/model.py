@@ -6,7 +6,7 @@ GPU: ``andrea_120m()`` at B=64, T=1024 in bfloat16, XLA against cuDNN attention,
 with packed documents (``segment_ids``), with tokens/s and MFU = flops_per_token * tokens/s / peak.
 
 Usage:
-  .venv/bin/python bench/model.py [--quick]
+  python -m bench.model [--quick]
 """
 
 from __future__ import annotations

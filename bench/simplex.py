@@ -1,6 +1,6 @@
 """Simplex geometry: exact projection against jaxopt's bisection, and uniform sampling throughput.
 
-    .venv/bin/python bench/simplex.py [--quick]
+    python -m bench.simplex [--quick]
 
 Projection: a batch of 4096 random 16-dim points, each with its own random floors, ceilings and
 exclusions, projected by ``andrea_jax.simplex.project`` (both exact bracketings) and by

@@ -10,7 +10,7 @@ Rows:
 * on a GPU, ANDREA-120M at B=64, T=1024 in bf16 (see also bench/gpu.py).
 
 Usage:
-  .venv/bin/python bench/train.py [--quick]
+  python -m bench.train [--quick]
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ repetition of greedy and sampled continuations, collapsed greedy samples (score 
 seeds x prompts, and non-finite steps skipped.
 
 Usage:
-  .venv/bin/python bench/v1_vs_v2.py [--quick] [--steps N] [--depths 2,4,8] [--lrs 3e-3,3e-2]
+  python -m bench.v1_vs_v2 [--quick] [--steps N] [--depths 2,4,8] [--lrs 3e-3,3e-2]
 """
 
 from __future__ import annotations

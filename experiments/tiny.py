@@ -24,9 +24,10 @@ the share of the sampled words that are words of the corpus (``eval/word_share``
 ``curriculum.geometries.<name>.start_step`` with it, or the run warns that a geometry never starts.)
 
 Hardware: sized for a 2-core laptop CPU (minutes); runs unchanged on a GPU in seconds. Expect the
-held-out mean loss to fall from ln(257) = 5.55 nats/byte (8 bits/byte) to about 2 bits/byte, and
-the greedy samples to read as Python after "def " and as English after "The ". Re-running the
-command resumes from the last checkpoint.
+held-out mean loss to fall from ln(257) = 5.55 nats/byte (8 bits/byte) to under 2.5 bits/byte, the
+samples to read as Python after a code prompt and as English after "The ", and the share of their
+words that are words of the corpus to rise. Re-running the command resumes from the last
+checkpoint.
 
 One regime of the curriculum alone, for the whole run (the same model and optimizer):
 
@@ -79,7 +80,7 @@ def get_config(geometry: str | None = None):
 
   for name, weight in STDLIB_TARGET.items():   # the corpus's declared target
     c.eval.target[source_key(name)] = weight
-  c.eval.prompts = ("def ", "The ", "Return ")
+  c.eval.prompts = ("import os\n\ndef ", "The ", "Return the ")
 
   # The zombie-cliff detector watches the run; its window and warmup are scaled to the run's length.
   c.cliff.window = 100

@@ -1,7 +1,7 @@
 r"""v1 against v2 at small scale: the first step at the peak rate, or a linear warmup to it.
 
-  .venv/bin/python bench/v1_vs_v2.py            # the study: one table (about 10 min on 2 CPU cores)
-  .venv/bin/python bench/v1_vs_v2.py --quick    # a smaller grid (about 2 min)
+  python -m bench.v1_vs_v2            # the study: one table (about 10 min on 2 CPU cores)
+  python -m bench.v1_vs_v2 --quick    # a smaller grid (about 2 min)
 
 SPEC §2: v1 took its first AdamW step at the peak rate (3e-4) on fresh weights and kept producing
 "region region region"; v2 ramped the rate from 0 over 2000 steps. Here both are trained in one
@@ -10,7 +10,9 @@ initialisation scales (depth needs its own program). v2's warmup is scaled to th
 200K steps is 1%, which on a 200-step run would be 2 steps, not a ramp; the study uses 10% (20
 steps), the shortest warmup that is still a visible ramp at this length.
 
-The batches: the sampler on the built-in corpus with the uniform mixture over v2's seven warmup
+The batches: the sampler on the synthetic built-in corpus (ANDREA's sixteen source names, invented
+languages: a conclusion drawn here need not transfer to real text; notebooks/warmup_ablation.ipynb
+runs the same ablation on the real-text corpus) with the uniform mixture over v2's seven warmup
 sources (the first phase of the ANDREA curriculum, ``ablation.default_mixture``), identical for
 every variant. Samples: greedy and sampled (T = 0.8, top-20) continuations of three prompts,
 scored by ``andrea_jax.repetition.repetition_score`` (a sample is "collapsed" at >= 0.5).

@@ -143,12 +143,16 @@ def test_no_file_is_loaded_by_path_outside_the_config_loader(pattern):
 
 
 def test_no_function_of_the_package_is_over_80_lines():
-  """Long functions are split into named pieces (docstrings and comments count)."""
+  """Long functions are split into named pieces (comments count; the docstring, the function's
+  reference, does not)."""
   long = []
   for path in PACKAGE.rglob("*.py"):
     for node in ast.walk(ast.parse(path.read_text())):
       if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         n = node.end_lineno - node.lineno + 1
+        if ast.get_docstring(node) is not None:
+          doc = node.body[0]
+          n -= doc.end_lineno - doc.lineno + 1
         if n > 80:
           long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({n} lines)")
   assert not long, "\n".join(long)

@@ -4,10 +4,6 @@ over the list reordered or renamed is refused, naming both lists, before anythin
 
 import json
 import re
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 
@@ -16,7 +12,7 @@ from andrea_jax import data as data_lib
 from andrea_jax import plots, train
 from andrea_jax.config import load_config_file, with_sources
 from tests.faults import harness
-from tests.util import REPO, tensorboard_scalars
+from tests.util import REPO, kill_after_checkpoint, set_fields, tensorboard_scalars
 
 NAMES = ("code", "docs", "reference")
 OVERRIDES = {
@@ -49,12 +45,7 @@ def _overrides(paths):
 
 def _config(overrides):
   c = load_config_file(f"{REPO / 'experiments' / 'own_data.py'}:{','.join(NAMES)}")
-  for key, value in overrides.items():
-    *parents, leaf = key.split(".")
-    node = c
-    for p in parents:
-      node = node[p]
-    node[leaf] = value
+  set_fields(c, overrides)
   return c
 
 
@@ -79,19 +70,8 @@ def test_own_sources_by_name_killed_and_resumed(tmp_path, data_cache):
 
   # The same run from the command line, killed once a checkpoint exists, then resumed.
   killed = tmp_path / "killed"
-  cmd = [sys.executable, "-m", "andrea_jax.main",
-         f"--config={REPO / 'experiments' / 'own_data.py'}:{','.join(NAMES)}",
-         f"--workdir={killed}", *(f"--config.{k}={v}" for k, v in overrides.items())]
-  proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-  deadline = time.time() + 600
-  while time.time() < deadline and proc.poll() is None:
-    done = [int(d.name) for d in (killed / "checkpoints").glob("*") if d.name.isdigit()]
-    if any(s >= 8 for s in done):
-      proc.send_signal(signal.SIGKILL)
-      break
-    time.sleep(0.05)
-  proc.wait(timeout=60)
-  assert proc.returncode == -signal.SIGKILL, proc.stdout.read().decode()[-3000:]
+  kill_after_checkpoint(f"{REPO / 'experiments' / 'own_data.py'}:{','.join(NAMES)}", killed,
+                        overrides, step=8)
   resumed = train.train_and_evaluate(_config(overrides), str(killed))
   assert 8 <= resumed["start_step"] < 24
   assert (killed / "metrics.jsonl").read_text() == (whole / "metrics.jsonl").read_text()

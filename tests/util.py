@@ -55,3 +55,38 @@ def tensorboard_scalars(logdir: pathlib.Path) -> list[tuple[str, int, float]]:
         if v.tag not in ("tokens_per_s", "mfu"):
           shown.append((v.tag, event.step, v.simple_value))
   return shown
+
+
+def set_fields(config, overrides: dict) -> None:
+  """``config.a.b = v`` for each ``"a.b": v`` of ``overrides`` (as the command line's
+  ``--config.a.b=v`` does)."""
+  for key, value in overrides.items():
+    *parents, leaf = key.split(".")
+    node = config
+    for p in parents:
+      node = node[p]
+    node[leaf] = value
+
+
+def kill_after_checkpoint(config_arg: str, workdir, overrides: dict, step: int,
+                          timeout: float = 600) -> str:
+  """Starts ``python -m andrea_jax.main --config=<config_arg> --workdir=<workdir>`` with
+  ``overrides``, SIGKILLs it once a checkpoint at ``step`` or later exists, and returns its output.
+  An ``AssertionError`` if the run ended before that."""
+  import signal
+  import subprocess
+  import sys
+  import time
+  cmd = [sys.executable, "-m", "andrea_jax.main", f"--config={config_arg}", f"--workdir={workdir}",
+         *(f"--config.{k}={v}" for k, v in overrides.items())]
+  proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+  ckpts = pathlib.Path(workdir) / "checkpoints"
+  deadline = time.time() + timeout
+  while time.time() < deadline and proc.poll() is None:
+    if any(d.name.isdigit() and int(d.name) >= step for d in ckpts.glob("*")):
+      proc.send_signal(signal.SIGKILL)
+      break
+    time.sleep(0.05)
+  out = proc.communicate(timeout=60)[0].decode(errors="replace")
+  assert proc.returncode == -signal.SIGKILL, out[-3000:]
+  return out

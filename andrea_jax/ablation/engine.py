@@ -35,6 +35,7 @@ import optax
 
 from andrea_jax import curriculum
 from andrea_jax import data as data_lib
+from andrea_jax import evaluate as eval_lib
 from andrea_jax import optim
 from andrea_jax import runconfig
 from andrea_jax import step as step_lib
@@ -175,6 +176,13 @@ class _Data:
       parts.append(dict(b, source_ids=np.full((b["inputs"].shape[0],), run.sources.index(name),
                                               np.int32)))
     self.eval_batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    # The held-out rows in chunks of at most one training micro-batch, as the trainer's evaluation
+    # cuts them: K variants then evaluate a chunk with less memory than their vmapped training
+    # step already holds (K x micro-batch rows, with the backward pass), never K x all the rows.
+    rows = len(self.eval_batch["inputs"])
+    micro = config.data.global_batch_size // config.optim.grad_accum_steps
+    num_chunks = -(-rows // micro)
+    self.eval_chunks = eval_lib.eval_chunks(self.eval_batch, -(-rows // num_chunks))
 
   def chunk(self, bounds: tuple[int, int]) -> Batch:
     """The batches of steps ``[lo, hi)`` stacked: ``[hi - lo, B, T]`` (``source_ids [C, B]``)."""
@@ -200,9 +208,19 @@ def _check_counts(num_steps: int, eval_every: int, chunk_steps: int) -> None:
 
 
 def _eval_fn(run: runconfig.Run):
+  """``(params_K, chunks) -> (loss_KxS, tokens_KxS)``: every variant's per-source sums over the
+  held-out chunks, one vmapped call per chunk (one compilation: the chunks have equal rows)."""
   model, num_sources = run.step_config.model, len(run.sources)
   per_variant = lambda p, b: step_lib.eval_losses(model, p, b, num_sources)
-  return jax.jit(jax.vmap(per_variant, in_axes=(0, None)))
+  one_chunk = jax.jit(jax.vmap(per_variant, in_axes=(0, None)))
+
+  def evaluate(params_K: PyTree, chunks: list[Batch]) -> tuple[jax.Array, jax.Array]:
+    loss_KxS, tokens_KxS = one_chunk(params_K, chunks[0])
+    for chunk in chunks[1:]:
+      loss, tokens = one_chunk(params_K, chunk)
+      loss_KxS, tokens_KxS = loss_KxS + loss, tokens_KxS + tokens
+    return loss_KxS, tokens_KxS
+  return evaluate
 
 
 def _setup(config, variants, num_steps, eval_every, chunk_steps, mixture):
@@ -229,8 +247,9 @@ def train_variants(config: ml_collections.ConfigDict, variants: list[dict[str, A
 
   The program is ``jit(scan over a chunk of steps of vmap over variants of variant_step)``, the
   state donated; chunks end at the evaluations (every ``eval_every`` steps and at the end), where
-  the held-out loss of every variant and source is computed (one vmapped call). Chunks of another
-  length (a remainder) compile once more.
+  the held-out loss of every variant and source is computed (one vmapped call per chunk of
+  held-out rows, at most a training micro-batch each). Chunks of another length (a remainder)
+  compile once more.
 
   Args:
     config: a run config (``experiments/tiny.py``); its model, data, optimizer and ``seed`` (the
@@ -282,7 +301,7 @@ def train_variants(config: ml_collections.ConfigDict, variants: list[dict[str, A
         states, m = compiled[n](states, hyper, chunk)
         metrics.append(m)
         if hi == num_steps or (eval_every and hi % eval_every == 0):
-          evals.append((hi, evaluate(states.params, data.eval_batch)))
+          evals.append((hi, evaluate(states.params, data.eval_chunks)))
         jax.block_until_ready(states.params)
   return result_lib.collect(run, data, resolved, metrics, evals, states.params,
                             states.skipped, timer, samples=samples, config=base,
@@ -327,7 +346,7 @@ def loop_baseline(config: ml_collections.ConfigDict, variants: list[dict[str, An
             metrics.append({k: m[k] for k in ("loss", "grad_norm", "lr", "finite")})
           if hi == num_steps or (eval_every and hi % eval_every == 0):
             evals.append((hi, jax.tree.map(lambda x: x[0],
-                                           evaluate(_stack([state.params]), data.eval_batch))))
+                                           evaluate(_stack([state.params]), data.eval_chunks))))
           jax.block_until_ready(state.params)
     finals.append(state.params)
     skipped.append(sum(int(not bool(m["finite"])) for m in metrics))

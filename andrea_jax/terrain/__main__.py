@@ -1,13 +1,22 @@
 """How wide is the basin of a saved run? Basin-width report of one checkpoint.
 
   python -m andrea_jax.terrain --workdir runs/tiny                 # the newest checkpoint
-  python -m andrea_jax.terrain --workdir runs/tiny --step 500 --sigmas 0.01,0.05,0.1 --batch_size 4
+  python -m andrea_jax.terrain --workdir runs/tiny --step 500 --sigmas 0.01,0.05,0.1
+  python -m andrea_jax.terrain --workdir runs/andrea120m --step 112000 --memory_budget_gib 40
 
 Rebuilds the run's config from the checkpoint, restores the parameters of ``--step`` and measures
 the terrain of the held-out loss (the run's own evaluation windows) around them: perturbation
 sharpness, top Hessian eigenvalues, Hessian trace, 1-D and 2-D slices
-(:func:`andrea_jax.terrain.write_basin_report`). Writes ``basin.json``, ``slice_1d.png``,
-``slice_2d.png`` and ``sharpness.png`` into ``--out`` (default ``<workdir>/basin/<step>``).
+(:func:`andrea_jax.terrain.write_basin_report`), under a progress bar. Writes ``basin.json``,
+``sharpness.png``, ``slice_1d.png`` and ``slice_2d.png`` into ``--out`` (default
+``<workdir>/basin/<step>``), each as soon as its part is measured.
+
+Memory: ``--memory_budget_gib`` (default the run's ``terrain.memory_budget_gib``; 0 = half the
+accelerator's memory, or 2 GiB on a CPU) bounds what the evaluations allocate beyond the weights.
+The held-out windows go through the model in chunks that fit one Hessian-vector product beside the
+Lanczos basis (:func:`andrea_jax.terrain.run.windows_per_chunk`), and the perturbations in chunks
+that fit the budget (:func:`andrea_jax.terrain.chunk_plan`); ``--window_batch`` and
+``--batch_size`` set either by hand.
 """
 
 from __future__ import annotations
@@ -20,8 +29,10 @@ from typing import Any
 
 import jax
 
+from andrea_jax.checkpoint import load_checkpoint
+from andrea_jax.terrain import budget as budget_lib
 from andrea_jax.terrain.report import write_basin_report
-from andrea_jax.terrain.run import heldout_batch, heldout_loss_fn, load_checkpoint
+from andrea_jax.terrain.run import heldout_batch, heldout_loss_fn, windows_per_chunk
 
 
 def _floats(text: str) -> list[float]:
@@ -52,9 +63,16 @@ def parser() -> argparse.ArgumentParser:
   p.add_argument("--trace_samples", type=int, default=8, help="Hutchinson samples (0 = none)")
   p.add_argument("--slice_points", type=int, default=21, help="grid points per slice axis")
   p.add_argument("--slice_range", type=float, default=1.0, help="slice coordinates in [-r, r]")
+  p.add_argument("--memory_budget_gib", type=float, default=None,
+                 help="GiB the evaluations may allocate beyond the weights (default the run's "
+                      "terrain.memory_budget_gib; 0 = half the accelerator's memory, 2 GiB on a "
+                      "CPU)")
   p.add_argument("--batch_size", type=int, default=None,
-                 help="perturbed losses evaluated together (default all at once; set it for "
-                      "large models)")
+                 help="perturbations evaluated together (default: as many as the budget allows)")
+  p.add_argument("--window_batch", type=int, default=None,
+                 help="held-out windows per loss chunk (default: as many as the budget allows)")
+  p.add_argument("--progress_bar", action=argparse.BooleanOptionalAction, default=True,
+                 help="show a progress bar")
   p.add_argument("--sequences_per_source", type=int, default=None,
                  help="held-out windows per source (default the run's eval.sequences_per_source)")
   p.add_argument("--sources", type=_names, default=None,
@@ -63,24 +81,58 @@ def parser() -> argparse.ArgumentParser:
   return p
 
 
+def memory_budget(args: argparse.Namespace, config: Any) -> int:
+  """The budget in bytes: ``--memory_budget_gib``, else the run's ``terrain.memory_budget_gib``
+  (a run trained before the field existed has none), 0 meaning the default budget."""
+  if args.memory_budget_gib is not None:
+    return budget_lib.budget_bytes(args.memory_budget_gib, name="--memory_budget_gib")
+  section = config.get("terrain") or {}
+  return budget_lib.budget_bytes(section.get("memory_budget_gib", 0.0),
+                                 name="terrain.memory_budget_gib")
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
   """Loads the checkpoint, measures and writes the report; returns the report dict."""
+  for name in ("batch_size", "window_batch"):
+    value = getattr(args, name)
+    if value is not None and value < 1:
+      raise ValueError(f"--{name} must be >= 1, got {value}")
+  if args.memory_budget_gib is not None:   # a bad flag fails before the checkpoint is read
+    budget_lib.budget_bytes(args.memory_budget_gib, name="--memory_budget_gib")
   saved = load_checkpoint(args.workdir, args.step)
+  budget = memory_budget(args, saved.config)
   out = args.out or os.path.join(args.workdir, "basin", str(saved.step))
   batch = heldout_batch(saved.config, saved.run, sequences_per_source=args.sequences_per_source,
                         sources=args.sources)
-  loss_fn = heldout_loss_fn(saved.run.model_config, batch)
+  windows = args.window_batch
+  if windows is None:
+    leaves = jax.tree.leaves(saved.params)
+    num_params = sum(x.size for x in leaves)
+    lanczos = (min(args.hessian_iters, num_params) * num_params * leaves[0].dtype.itemsize
+               if args.hessian_k > 0 else 0)   # the Lanczos basis, beside each HVP
+    windows = windows_per_chunk(saved.run.model_config, batch, saved.params, budget,
+                                reserve=lanczos)
+  rows = int(batch["inputs"].shape[0])
+  windows = -(-rows // -(-rows // min(windows, rows)))   # the chunks heldout_loss_fn makes: even
+  loss_fn = heldout_loss_fn(saved.run.model_config, batch, window_batch=windows)
   name = os.path.basename(os.path.normpath(args.workdir))
+  heldout = {"sources": sorted({saved.run.sources[i] for i in batch["source_ids"]}),
+             "sequences": int(batch["inputs"].shape[0]), "seq_len": int(batch["inputs"].shape[1]),
+             "windows_per_chunk": windows}
+  print(f"{name}, step {saved.step}: {heldout['sequences']} held-out windows, {windows} per "
+        f"chunk; memory budget {budget_lib.format_bytes(budget)}; writing {out}", flush=True)
+
+  def add_run_fields(report: dict[str, Any], part: str) -> None:
+    # Into the dict before it is written, so that every basin.json says what it measured.
+    report.update(step=saved.step, heldout=heldout)
+
   report = write_basin_report(
       loss_fn, saved.params, jax.random.PRNGKey(args.seed), out, title=f"{name}, step {saved.step}",
       sigmas=args.sigmas, num_samples=args.num_samples, hessian_k=args.hessian_k,
       hessian_iters=args.hessian_iters, trace_samples=args.trace_samples,
-      slice_points=args.slice_points, slice_range=args.slice_range, batch_size=args.batch_size)
-  report["step"] = saved.step
+      slice_points=args.slice_points, slice_range=args.slice_range, batch_size=args.batch_size,
+      memory_budget=budget, progress=args.progress_bar, on_part=add_run_fields)
   report["out"] = out
-  report["heldout"] = {"sources": sorted({saved.run.sources[i] for i in batch["source_ids"]}),
-                       "sequences": int(batch["inputs"].shape[0]),
-                       "seq_len": int(batch["inputs"].shape[1])}
   return report
 
 

@@ -15,7 +15,7 @@ descent).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -48,8 +48,8 @@ def _orthogonalise(V_mxn: jax.Array, x_n: jax.Array) -> jax.Array:
   return x_n - V_mxn.T @ (V_mxn @ x_n)
 
 
-def _lanczos(matvec: Callable[[jax.Array], jax.Array], v0_n: jax.Array,
-             num_iters: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+def _lanczos(matvec: Callable[[jax.Array], jax.Array], v0_n: jax.Array, num_iters: int,
+             on_step: Callable[[], Any] | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
   """``num_iters`` Lanczos steps with full reorthogonalisation.
 
   Returns ``(alpha_m, beta_m, V_mxn)``: the tridiagonal ``T = diag(alpha) + offdiag(beta[:-1])`` and
@@ -58,7 +58,7 @@ def _lanczos(matvec: Callable[[jax.Array], jax.Array], v0_n: jax.Array,
   orthogonal to the basis and records ``beta = 0``, so ``T`` stays exact instead of dividing by
   zero. The restart vector is the coordinate vector ``e_i`` least covered by the basis,
   orthogonalised: with ``j < n`` orthonormal rows, ``sum_i |V[:, i]|^2 = j``, so some ``e_i`` keeps
-  at least ``1 - j/n`` of its norm squared.
+  at least ``1 - j/n`` of its norm squared. ``on_step()`` is called on the host after each step.
   """
   n = v0_n.shape[0]
   dtype = v0_n.dtype
@@ -75,6 +75,8 @@ def _lanczos(matvec: Callable[[jax.Array], jax.Array], v0_n: jax.Array,
     V_mxn = V_mxn.at[j].set(v_n)
     w_n = matvec(v_n)
     a = jnp.vdot(v_n, w_n)
+    if on_step is not None:   # after the step's HVP: its argument depends on it
+      jax.debug.callback(lambda _: on_step(), a)
     # Removing all basis components also performs the three-term recurrence (a v_j + b v_{j-1}).
     w_n = _orthogonalise(V_mxn, w_n)
     b = jnp.linalg.norm(w_n)
@@ -92,7 +94,8 @@ def _lanczos(matvec: Callable[[jax.Array], jax.Array], v0_n: jax.Array,
 
 
 def hessian_top_eigenvalues(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, key: jax.Array,
-                            k: int = 1, num_iters: int = 30, *, return_vectors: bool = False
+                            k: int = 1, num_iters: int = 30, *, return_vectors: bool = False,
+                            on_step: Callable[[], Any] | None = None
                             ) -> jax.Array | tuple[jax.Array, PyTree]:
   """The ``k`` algebraically largest Hessian eigenvalues at ``w``, by Lanczos on HVPs.
 
@@ -111,6 +114,8 @@ def hessian_top_eigenvalues(loss_fn: Callable[[PyTree], jax.Array], params: PyTr
     k: how many eigenvalues, ``1 <= k <= m``.
     num_iters: Lanczos steps (HVPs).
     return_vectors: also return the Ritz vectors.
+    on_step: called with no argument on the host after each Lanczos step (``jax.debug.callback``),
+      e.g. a progress bar's ``update``; ``None``: nothing.
 
   Returns:
     ``eigenvalues_k`` in descending order, or ``(eigenvalues_k, vectors)`` where ``vectors`` is a
@@ -135,7 +140,7 @@ def hessian_top_eigenvalues(loss_fn: Callable[[PyTree], jax.Array], params: PyTr
     return ravel_pytree(hvp(loss_fn, params, unravel(v_n)))[0].astype(flat_n.dtype)
 
   v0_n = jax.random.normal(key, (n,), flat_n.dtype)
-  alpha_m, beta_m, V_mxn = _lanczos(matvec, v0_n, m)
+  alpha_m, beta_m, V_mxn = _lanczos(matvec, v0_n, m, on_step)
   off = beta_m[:-1]
   T_mxm = jnp.diag(alpha_m) + jnp.diag(off, 1) + jnp.diag(off, -1)
   theta_m, Y_mxm = jnp.linalg.eigh(T_mxm)  # ascending
@@ -166,13 +171,38 @@ def hessian_trace(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, key: j
   """
   if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
     raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+  q_S = hutchinson_samples(loss_fn, params, key, jnp.arange(num_samples), batch_size=batch_size)
+  if num_samples > 1:
+    stderr = jnp.std(q_S, ddof=1) / jnp.sqrt(num_samples)
+  else:
+    stderr = jnp.zeros_like(q_S[0])
+  return jnp.mean(q_S), stderr
+
+
+def hutchinson_samples(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, key: jax.Array,
+                       samples: Sequence[int] | jax.Array, *,
+                       batch_size: int | None = None) -> jax.Array:
+  """``q_S[i] = z_{n_i}^T H z_{n_i}`` for the sample indices ``n_i`` of ``samples``.
+
+  ``z_n`` is a Rademacher vector drawn leaf by leaf from ``fold_in(fold_in(key, n), leaf_index)``:
+  the samples of :func:`hessian_trace` (whose estimate is the mean of ``q`` over
+  ``samples = 0..S-1``), computable a chunk at a time. ``batch_size``: samples evaluated together,
+  ``None`` vmaps over all (one HVP's memory per sample), an int ``b`` uses ``jax.lax.map``.
+
+  Returns:
+    ``[S]`` quadratic forms (at least float32).
+
+  Example:
+    >>> hutchinson_samples(loss_fn, params, jax.random.key(0), jnp.arange(8, 12))  # [4]
+  """
   if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
                                  or batch_size < 1):
     raise ValueError(f"batch_size must be None or a positive int, got {batch_size!r}")
   leaves, treedef = jax.tree_util.tree_flatten(params)
   leaves = [jnp.asarray(x) for x in leaves]
 
-  def quad_form(sample_key: jax.Array) -> jax.Array:
+  def quad_form(n: jax.Array) -> jax.Array:
+    sample_key = jax.random.fold_in(key, n)
     z = [jax.random.rademacher(jax.random.fold_in(sample_key, i), x.shape, x.dtype)
          for i, x in enumerate(leaves)]
     z = jax.tree_util.tree_unflatten(treedef, z)
@@ -181,13 +211,7 @@ def hessian_trace(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, key: j
         lambda a, b: jnp.vdot(a, b).astype(jnp.promote_types(a.dtype, jnp.float32)), z, hz))
     return sum(parts[1:], parts[0])
 
-  keys_S = jax.vmap(lambda s: jax.random.fold_in(key, s))(jnp.arange(num_samples))
+  samples_S = jnp.asarray(samples)
   if batch_size is None:
-    q_S = jax.vmap(quad_form)(keys_S)
-  else:
-    q_S = jax.lax.map(quad_form, keys_S, batch_size=batch_size)
-  if num_samples > 1:
-    stderr = jnp.std(q_S, ddof=1) / jnp.sqrt(num_samples)
-  else:
-    stderr = jnp.zeros_like(q_S[0])
-  return jnp.mean(q_S), stderr
+    return jax.vmap(quad_form)(samples_S)
+  return jax.lax.map(quad_form, samples_S, batch_size=batch_size)

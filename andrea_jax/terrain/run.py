@@ -1,16 +1,15 @@
-"""A saved run as a loss terrain: its config, the parameters of one step, a held-out loss function.
+"""A saved run as a loss terrain: a held-out loss function over the run's evaluation windows.
 
-:func:`load_checkpoint` reads any trustworthy checkpoint of a run's workdir (not only the newest):
-it rebuilds the run's config from the checkpoint's own metadata (``{"step", "config"}``, written by
-the trainer) and restores its parameters (only them) onto one local device.
+A run's config and the parameters of one step come from
+:func:`andrea_jax.checkpoint.load_checkpoint`.
 :func:`heldout_loss_fn` closes the model's mean next-token loss over a fixed batch of the run's
-evaluation windows, the ``loss_fn(params)`` every :mod:`andrea_jax.terrain` measurement takes.
+evaluation windows, the ``loss_fn(params)`` every :mod:`andrea_jax.terrain` measurement takes, in
+chunks of windows whose size :func:`windows_per_chunk` picks from a memory budget.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,85 +17,14 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import orbax.checkpoint as ocp
 
-from andrea_jax import checkpoint as ckpt_lib
 from andrea_jax import data as data_lib
-from andrea_jax import runconfig
+from andrea_jax import evaluate, runconfig
 from andrea_jax import step as step_lib
-from andrea_jax.model import ModelConfig, Transformer, init_params
+from andrea_jax.model import ModelConfig, Transformer
+from andrea_jax.terrain import budget as budget_lib
 
 PyTree = Any
-
-
-@dataclasses.dataclass(frozen=True)
-class SavedRun:
-  """One checkpoint of a run: its config (as trained), the validated run, the step, the weights."""
-  config: ml_collections.ConfigDict
-  run: runconfig.Run
-  step: int
-  params: PyTree
-
-
-def _manager(directory: str) -> ocp.CheckpointManager:
-  # The items of andrea_jax.checkpoint.Checkpoints; "state" through the PyTree handler (the format
-  # StandardCheckpointHandler writes), which can restore a part of the tree. Restoring writes
-  # nothing (create=False, no custom root metadata); read_only=True would too, with two warnings.
-  return ocp.CheckpointManager(
-      directory, options=ocp.CheckpointManagerOptions(create=False,
-                                                      enable_async_checkpointing=False),
-      item_handlers={"state": ocp.PyTreeCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()})
-
-
-def saved_steps(workdir: str) -> list[int]:
-  """Steps of ``workdir/checkpoints`` that pass :func:`andrea_jax.checkpoint.verify`, ascending."""
-  directory = os.path.join(workdir, "checkpoints")
-  if not os.path.isdir(directory):
-    return []
-  steps = sorted(int(n) for n in os.listdir(directory) if n.isdigit())
-  return [s for s in steps if ckpt_lib.verify(os.path.join(directory, str(s))) is None]
-
-
-def load_checkpoint(workdir: str, step: int | None = None) -> SavedRun:
-  """The config and parameters of checkpoint ``step`` of the run in ``workdir`` (default: newest).
-
-  The config is the one stored with the checkpoint, so the model and data are rebuilt as trained.
-  Raises ``FileNotFoundError`` naming the steps available when ``step`` has no trustworthy
-  checkpoint.
-
-  Example:
-    >>> saved = load_checkpoint("runs/tiny", 500)
-    >>> saved.step, saved.run.model_config.d_model
-    (500, 128)
-  """
-  steps = saved_steps(workdir)
-  directory = os.path.join(os.path.abspath(workdir), "checkpoints")
-  if not steps:
-    raise FileNotFoundError(f"no usable checkpoint under {directory}")
-  if step is None:
-    step = steps[-1]
-  if step not in steps:
-    problem = ckpt_lib.verify(os.path.join(directory, str(step))) if os.path.isdir(
-        os.path.join(directory, str(step))) else "not saved"
-    raise FileNotFoundError(f"no usable checkpoint for step {step} under {directory} ({problem}); "
-                            f"saved steps: {steps}")
-  mngr = _manager(directory)
-  try:
-    meta = mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
-    config = ml_collections.ConfigDict(meta["config"])
-    run = runconfig.build(config)
-    # Only the parameters: the rest of the state (optimizer, curriculum, detector) is not needed,
-    # and its layout may differ between versions of the trainer.
-    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    abstract = {"params": jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),
-        jax.eval_shape(init_params, run.model_config, jax.random.PRNGKey(0)))}
-    params = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
-        item=abstract, restore_args=ocp.checkpoint_utils.construct_restore_args(abstract),
-        partial_restore=True))).state["params"]
-  finally:
-    mngr.close()
-  return SavedRun(config=config, run=run, step=int(meta.get("step", step)), params=params)
 
 
 def heldout_batch(config: ml_collections.ConfigDict, run: runconfig.Run, *,
@@ -125,19 +53,96 @@ def heldout_batch(config: ml_collections.ConfigDict, run: runconfig.Run, *,
   return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
-def heldout_loss_fn(model_config: ModelConfig, batch: dict[str, np.ndarray]
-                    ) -> Callable[[PyTree], jax.Array]:
+def heldout_loss_fn(model_config: ModelConfig, batch: dict[str, np.ndarray], *,
+                    window_batch: int | None = None) -> Callable[[PyTree], jax.Array]:
   """``params -> mean next-token loss`` (nats/token, float32) over ``batch``.
 
   ``L(w) = sum_{b,t} m_bt CE(f_w(x)_bt, y_bt) / sum m_bt`` with ``m`` the mask of real tokens. The
   model runs in float32 with XLA attention: Hessian-vector products differentiate the backward
   pass, which cuDNN's fused attention cannot (it has no forward-mode rule), and curvature needs
   float32.
+
+  Memory: ``window_batch=None`` runs all ``B`` windows through the model at once. An int ``c``
+  cuts them into ``ceil(B / c)`` chunks of equal size (at most ``c``; the last one padded with rows
+  that do not count, as the trainer's evaluation pads) and sums the chunks' losses in a
+  ``lax.scan`` whose body is rematerialised (``jax.checkpoint``): a forward pass, a gradient or a
+  Hessian-vector product then holds the activations of one chunk, not of all ``B`` windows. The
+  value is the same up to float32 rounding (the order of the sum).
+
+  Example:
+    >>> loss_fn = heldout_loss_fn(saved.run.model_config, batch, window_batch=16)
+    >>> loss_fn(saved.params)  # the mean over all of batch's windows, 16 at a time
   """
+  if window_batch is not None and (isinstance(window_batch, bool)
+                                   or not isinstance(window_batch, int) or window_batch < 1):
+    raise ValueError(f"window_batch must be None or an int >= 1, got {window_batch!r}")
   model = Transformer(dataclasses.replace(model_config, attention_impl="xla", dtype="float32"))
-  batch = {k: jnp.asarray(v) for k, v in batch.items()}
+  rows = int(batch["inputs"].shape[0])
+  num_tokens = float(np.maximum(np.sum(np.asarray(batch["segment_ids"]) > 0), 1))
+  if window_batch is None or window_batch >= rows:
+    whole = {k: jnp.asarray(v) for k, v in batch.items()}
+
+    def loss_fn(params: PyTree) -> jax.Array:
+      loss_BxT, _ = step_lib.token_losses(model, params, whole)
+      return loss_BxT.sum() / num_tokens
+    return loss_fn
+
+  num_chunks = -(-rows // window_batch)
+  chunk_rows = -(-rows // num_chunks)   # as even as whole rows allow: the padding is < num_chunks
+  chunks_C = {k: jnp.stack([jnp.asarray(c[k]) for c in evaluate.eval_chunks(batch, chunk_rows)])
+              for k in batch}   # [C, chunk_rows, T]
+
+  @jax.checkpoint   # the backward pass recomputes one chunk's activations instead of storing all
+  def chunk_sum(params: PyTree, chunk: dict[str, jax.Array]) -> jax.Array:
+    loss_BxT, _ = step_lib.token_losses(model, params, chunk)
+    return loss_BxT.sum()
 
   def loss_fn(params: PyTree) -> jax.Array:
-    loss_BxT, mask_BxT = step_lib.token_losses(model, params, batch)
-    return loss_BxT.sum() / jnp.maximum(mask_BxT.sum(), 1.0)
+    total, _ = jax.lax.scan(lambda acc, chunk: (acc + chunk_sum(params, chunk), None),
+                            jnp.zeros((), jnp.float32), chunks_C)
+    return total / num_tokens
   return loss_fn
+
+
+def windows_per_chunk(model_config: ModelConfig, batch: dict[str, np.ndarray], params: PyTree,
+                      memory_budget: int, *, reserve: int = 0) -> int:
+  """The most held-out windows one Hessian-vector product may take within ``memory_budget``.
+
+  A Hessian-vector product is the costliest single evaluation of the terrain (about two gradients'
+  memory), so a loss whose chunks of windows (:func:`heldout_loss_fn`'s ``window_batch``) fit one
+  HVP in ``memory_budget - reserve`` bytes fits every other evaluation too; ``reserve`` is what
+  stays allocated beside it (the Lanczos basis). The bytes are XLA's plan for the compiled HVP
+  (:func:`andrea_jax.terrain.budget.hvp_bytes`) on 1 and 2 windows, ``fixed + per_window * c``
+  in between; the chosen count is then checked on the chunked loss itself and lowered until it
+  fits. The count returned is the chunk :func:`heldout_loss_fn` makes of it (as many chunks, of
+  equal rows).
+
+  Raises ``ValueError`` when not even one window fits, naming both sizes.
+
+  Example:
+    >>> windows_per_chunk(saved.run.model_config, batch, saved.params, 2 * 2**30)
+    128
+  """
+  rows = int(batch["inputs"].shape[0])
+  room = memory_budget - reserve
+  first = lambda n: {k: v[:n] for k, v in batch.items()}
+  one = budget_lib.hvp_bytes(heldout_loss_fn(model_config, first(1)), params)
+  if one > room:
+    raise ValueError(
+        f"one Hessian-vector product on one held-out window needs {budget_lib.format_bytes(one)}"
+        + (f" beside {budget_lib.format_bytes(reserve)} of Lanczos basis" if reserve else "")
+        + f", over the memory budget of {budget_lib.format_bytes(memory_budget)}: raise the "
+        "budget (--memory_budget_gib)" + (" or lower hessian_iters" if reserve else ""))
+  if rows == 1:
+    return 1
+  two = budget_lib.hvp_bytes(heldout_loss_fn(model_config, first(2)), params)
+  per_window = max(two - one, 1)
+  count = int(min(rows, max(1, (room - max(one - per_window, 0)) // per_window)))
+  # The scan over chunks is a different program from one batch of windows: check it, and back off
+  # in proportion to the excess (its memory grows about linearly with the chunk).
+  while count > 1:
+    need = budget_lib.hvp_bytes(heldout_loss_fn(model_config, batch, window_batch=count), params)
+    if need <= room:
+      break
+    count = max(1, min(count - 1, count * room // need))
+  return -(-rows // -(-rows // count))   # the chunk heldout_loss_fn makes of it: as many, evened

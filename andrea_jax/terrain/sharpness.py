@@ -35,8 +35,53 @@ def _check(sigmas: Any, num_samples: int, batch_size: int | None) -> None:
   shape = jnp.shape(jnp.asarray(sigmas))
   if len(shape) != 1 or shape[0] == 0:
     raise ValueError(f"sigmas must be a non-empty 1-D sequence, got shape {shape}")
-  if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+  _check_batch_size(batch_size)
+
+
+def _check_batch_size(batch_size: int | None) -> None:
+  if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                                 or batch_size < 1):
     raise ValueError(f"batch_size must be None or a positive int, got {batch_size!r}")
+
+
+def perturbed_losses(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, key: jax.Array,
+                     sigmas: Sequence[float] | jax.Array, samples: Sequence[int] | jax.Array, *,
+                     filter_norm: bool = True, ignore_1d: bool = True,
+                     batch_size: int | None = None) -> jax.Array:
+  """``loss_NxK[i, k] = L(w + sigma_k d_{n_i})`` for the sample indices ``n_i`` of ``samples``.
+
+  ``d_n = random_direction(jax.random.fold_in(key, n), params, ...)``: sample ``n`` is the same
+  direction whichever other samples are asked for, so the samples of
+  :func:`perturbation_sharpness` can be computed a chunk at a time (``samples = [8, 9, ..., 15]``)
+  and agree with one call over all of them.
+
+  Memory: ``batch_size=None`` vmaps over all ``N`` samples (``N`` directions, ``N`` perturbed
+  copies of the weights and ``N`` forward passes in flight); an int ``b`` evaluates ``b`` samples
+  at a time with ``jax.lax.map``. The sizes of one sample are evaluated one after the other.
+
+  Args:
+    loss_fn, params, key, sigmas, filter_norm, ignore_1d: as in :func:`perturbation_sharpness`.
+    samples: ``[N]`` sample indices (ints).
+    batch_size: samples evaluated together (``None``: all).
+
+  Returns:
+    ``[N, K]`` losses.
+
+  Example:
+    >>> perturbed_losses(loss_fn, params, jax.random.key(0), [0.01, 0.1], jnp.arange(4, 8))  # [4, 2]
+  """
+  _check_batch_size(batch_size)
+  sigmas_K = jnp.asarray(sigmas)
+  samples_N = jnp.asarray(samples)
+
+  def losses_for(n: jax.Array) -> jax.Array:  # -> [K]
+    d = random_direction(jax.random.fold_in(key, n), params, filter_norm=filter_norm,
+                         ignore_1d=ignore_1d)
+    return jax.lax.map(lambda s: loss_fn(perturb(params, d, s)), sigmas_K)
+
+  if batch_size is None:
+    return jax.vmap(losses_for)(samples_N)
+  return jax.lax.map(losses_for, samples_N, batch_size=batch_size)
 
 
 def perturbation_sharpness(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, key: jax.Array,
@@ -51,10 +96,9 @@ def perturbation_sharpness(loss_fn: Callable[[PyTree], jax.Array], params: PyTre
   expectation is ``sigma^2 ||w||^2 trace(A) / (2 n)``; in general, for small ``sigma``, it is
   ``sigma^2 / 2`` times the curvature averaged over the direction distribution.
 
-  Memory: ``batch_size=None`` vmaps over all ``N`` samples at once (``N`` copies of the weights and
-  ``N`` forward passes in flight); an int ``b`` evaluates ``b`` samples at a time with
-  ``jax.lax.map``. The sizes are always evaluated one after the other. Traceable: wrap the call in
-  ``jax.jit`` (with ``loss_fn``, ``num_samples`` and the flags bound) for speed.
+  Memory: as :func:`perturbed_losses` (``batch_size=None``: all ``N`` samples at once; an int
+  ``b``: ``b`` at a time). Traceable: wrap the call in ``jax.jit`` (with ``loss_fn``,
+  ``num_samples`` and the flags bound) for speed.
 
   Args:
     loss_fn: ``params -> scalar`` loss (close over the batch).
@@ -74,18 +118,10 @@ def perturbation_sharpness(loss_fn: Callable[[PyTree], jax.Array], params: PyTre
     >>> s.mean  # [3], grows like sigma^2 near a minimum; smaller = wider basin
   """
   _check(sigmas, num_samples, batch_size)
-  sigmas_K = jnp.asarray(sigmas)
   base_loss = loss_fn(params)
-
-  def losses_for(sample_key: jax.Array) -> jax.Array:  # -> [K]
-    d = random_direction(sample_key, params, filter_norm=filter_norm, ignore_1d=ignore_1d)
-    return jax.lax.map(lambda s: loss_fn(perturb(params, d, s)), sigmas_K)
-
-  keys_N = jax.vmap(lambda n: jax.random.fold_in(key, n))(jnp.arange(num_samples))
-  if batch_size is None:
-    loss_NxK = jax.vmap(losses_for)(keys_N)
-  else:
-    loss_NxK = jax.lax.map(losses_for, keys_N, batch_size=batch_size)
+  loss_NxK = perturbed_losses(loss_fn, params, key, sigmas, jnp.arange(num_samples),
+                              filter_norm=filter_norm, ignore_1d=ignore_1d, batch_size=batch_size)
+  sigmas_K = jnp.asarray(sigmas)
   increase_KxN = loss_NxK.T - base_loss
   mean_K = jnp.mean(increase_KxN, axis=1)
   if num_samples > 1:

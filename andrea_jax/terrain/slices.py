@@ -80,7 +80,31 @@ def loss_slice_2d(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, dir_x:
   alphas_A = _coords("alphas", alphas)
   betas_B = _coords("betas", betas)
   a_AxB, b_AxB = jnp.meshgrid(alphas_A, betas_B, indexing="ij")
-  ab_Px2 = jnp.stack([a_AxB.reshape(-1), b_AxB.reshape(-1)], axis=1)
-  loss_P = _map(lambda ab: loss_fn(perturb_2d(params, dir_x, dir_y, ab[0], ab[1])), ab_Px2,
-                batch_size)
+  loss_P = loss_on_plane(loss_fn, params, dir_x, dir_y, a_AxB.reshape(-1), b_AxB.reshape(-1),
+                         batch_size=batch_size)
   return loss_P.reshape(a_AxB.shape)
+
+
+def loss_on_plane(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, dir_x: PyTree,
+                  dir_y: PyTree, alphas: Sequence[float] | jax.Array,
+                  betas: Sequence[float] | jax.Array, *,
+                  batch_size: int | None = None) -> jax.Array:
+  """``loss_P[i] = L(w + alphas[i] * d_x + betas[i] * d_y)`` at ``P`` points of the plane.
+
+  The points of :func:`loss_slice_2d`'s grid in any order or subset, so a grid can be evaluated
+  a chunk of points at a time. ``batch_size`` as in :func:`loss_slice_1d`.
+
+  Returns:
+    ``[P]`` losses.
+
+  Example:
+    >>> loss_on_plane(loss_fn, params, dx, dy, [0.0, 0.5], [0.0, -0.5])  # [L(w), L(w + (dx-dy)/2)]
+  """
+  alphas_P = _coords("alphas", alphas)
+  betas_P = _coords("betas", betas)
+  if alphas_P.shape != betas_P.shape:
+    raise ValueError(f"alphas and betas must have the same shape, got {alphas_P.shape} and "
+                     f"{betas_P.shape}")
+  ab_Px2 = jnp.stack([alphas_P, betas_P], axis=1)
+  return _map(lambda ab: loss_fn(perturb_2d(params, dir_x, dir_y, ab[0], ab[1])), ab_Px2,
+              batch_size)

@@ -46,7 +46,17 @@ windows of every source):
   and 0.85M fits read at the target's size, :data:`SCALED_FITS`) and its mixture sharpened for
   larger targets, ``proxy_scaled_p15_early`` and ``proxy_scaled_p2_early`` (proportional to
   ``max(b, 0.02) ** 1.5`` and ``** 2``: :data:`SHARPEN`); ``proxy_half_p15_early`` (the 0.13M
-  half-length fit alone at power 1.5: is the second size needed?).
+  half-length fit alone at power 1.5: is the second size needed?); ``proxy_quarter_early`` (the
+  probes' first quarter), ``proxy_schedule_early`` and ``proxy_schedule_short_early`` (probes that
+  run the schedule they score, 800 and 400 steps), ``proxy_half_4x128_early`` (half-length probes
+  of the 4 x 128 model).
+* one uniform pilot run in place of the probes (:mod:`study.mixing.influence`, ``python -m
+  study.mixing.fit_proxy --method influence``), the same schedule at power 1.5:
+  ``influence_pilot_p15_early`` (100 conjugate-gradient iterations per source),
+  ``influence_cg10_p15_early`` and ``influence_cg10_gn32_p15_early`` (10 iterations, the
+  Gauss-Newton matrix on 128 rows or on one batch: the latter is the fitted schedule of the
+  README), ``influence_cg10_gn32_early`` (the same at power 1), ``influence_b8_4x128_p15_early``
+  (a 4 x 128 pilot reading 8 batches per measurement).
 
 Hyper-parameters: each tunable arm had the same budget of three settings (:data:`TUNING`, the first
 one is the package default), tried at seed ``TUNING_SEED`` (never one of the reported seeds) and
@@ -59,33 +69,8 @@ held-out loss, picked again the same way, ``--tune influence``).
 Hardware: a 2-core x86 CPU. A run is 30-110 s depending on the machine's load; the default
 comparison (8 arms x 3 seeds, then the step timing) about 25 min on free cores.
 
-Expect (seeds 0-2, final mean held-out loss over the 16 sources, nats/byte; study/mixing/LOG.md):
-uniform 2.006; static 2.275, andrea 2.352, bandit_only 2.438, random_only 2.340, exp3 2.283, elastic
-2.007 (a tie), elastic_andrea 2.330: no strategy reaches uniform's final loss within the run
-(uniform reaches the geometry arms' by step 206-335). Without the geometries (the _full arms) +0.07
-to +0.09; with a floor of 1/32 on every source +0.016 to +0.018 whatever the discount, eta, share
-of random phases or bandit reward; uniform with the noise source capped +0.001. The probes fitted
-after the fact beat uniform: static_fitted 1.976 (uniform's final reached by step 672, 16% fewer
-steps), static_refitted 1.985 (706, 12%); static_fitted_25 713 (11%), static_fitted_75 684 (14.5%),
-static_fitted_full ties; static_fitted_early 1.973 (675, 15.6%), static_fitted_late 1.998 (760,
-5.1%); elastic_early 2.021 (+0.015); static_fitted_75_early 1.965 (654, 18.3%, the fewest steps),
-_75_3q 1.963 (17.2%), _75_quarter 1.986 (10.7%), _full_early 1.968 (15.2%), _decay 1.970 (16.2%),
-elastic_cooldown 2.003 (a tie), elastic_strong 2.043, elastic_strong_early 2.010. The curriculum update costs 1-14 us per step, under 0.03% of
-a step. With ``--layers 4 --d-model 128`` (0.85M parameters): uniform 1.660, elastic 1.645 (6.7%
-fewer steps), static_fitted 1.626 (12.7%; _25 8.7%, _75 13.4%, _full 11.7%), elastic_early
-1.654, exp3_full 1.662, andrea 2.029, static_fitted_75_early 1.613 (16.6%), _75_3q 1.614
-(15.5%), _full_early 1.601 (20.3%; 1.603 and 18.6% on seeds 3-5), _decay 1.605 (18.6%),
-elastic_cooldown 1.642 (7.0%), elastic_strong 1.659, elastic_strong_early 1.641 (7.5%); with ``--layers 6 --d-model 192``: uniform 1.557, elastic
-1.543 (6.3%), static_fitted_full_early 1.504 (16.9%). The designed proxy (fixed before these
-runs): proxy_early 1.967 (19.3%), proxy_then_elastic 1.968 (19.6%); at 4 x 128 proxy_early 1.599
-(18.9%, seeds 0-5) and 1.604 (18.1%, seeds 6-8; proxy_then_elastic 1.603, 17.7%); at 6 x 192
-1.508 (16.0%); proxy_half_early 1.957 (21.1%; 1.958 and 19.4% over seeds 0-8, where proxy_early
-gives 1.962 and 19.2%), 1.597 at 4 x 128 (19.5%, seeds 0-8), 1.503 at 6 x 192 (16.9%), 1.489 at
-8 x 256 (16.4%, seeds 0-2); proxy_quarter_early 1.970 (15.6%, seeds 0-8), 1.619 at 4 x 128 (14.4%);
-proxy_half_4x128_early 1.595 (20.6%) at 4 x 128 (seeds 0-8), 1.503 at 6 x 192 (17.4%); proxy_scaled_early
-1.496 at 6 x 192 (17.8%), 1.486 at 8 x 256 (17.7%); at 6 x 192 on another CPU (uniform 1.557)
-proxy_scaled_p15_early 1.490 (19.8%; 1.488 and 19.5% on seeds 3-5), proxy_scaled_p2_early 1.492
-(19.3%, seeds 0-1).
+Results: ``study/mixing/README.md`` (the summary and its commands) and ``study/mixing/LOG.md``
+(every table, with the commands that made it).
 """
 
 from collections.abc import Sequence

@@ -1,7 +1,7 @@
 r"""Does the curriculum help? Every mixing strategy trained side by side, scored on held-out loss.
 
     .venv/bin/python -m study.mixing.compare [--out runs/compare_mixers] \
-        [--figure bench/figures/compare_mixers.png] [--arms uniform,static,andrea,...] \
+        [--figure study/mixing/figures/compare_mixers.png] [--arms uniform,static,andrea,...] \
         [--seeds 0,1,2] [--tune] [--fit-elasticity] [--quick]
 
 Each arm of ``study/mixing/arms.py`` (a strategy and a geometry schedule, with the
