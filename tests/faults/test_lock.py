@@ -4,12 +4,10 @@ while it trains. (The lock itself: tests/test_workdir.py; two processes: tests/t
 """
 
 import json
-import os
 import signal
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import jax
 import numpy as np
