@@ -37,6 +37,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from andrea_jax import runconfig
+from andrea_jax import storage
 from andrea_jax.model import init_params
 
 SEAL = "andrea_checksums.json"
@@ -84,11 +85,15 @@ def seal(step_dir: str) -> None:
   manifest = {rel: {"size": os.path.getsize(os.path.join(step_dir, rel)),
                     "sha256": _sha256(os.path.join(step_dir, rel))} for rel in _files(step_dir)}
   tmp = os.path.join(step_dir, _SEAL_TMP)
-  with open(tmp, "w") as f:
-    json.dump({"version": 1, "files": manifest}, f, indent=0, sort_keys=True)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, os.path.join(step_dir, SEAL))
+  text = json.dumps({"version": 1, "files": manifest}, indent=0, sort_keys=True)
+  # Removed after a failure (a full disk): the checkpoint stays trusted on its commit markers.
+  with storage.writing(tmp, f"{step_dir} is complete but not sealed",
+                       cleanup=lambda: os.remove(tmp)):
+    with open(tmp, "w") as f:
+      f.write(text)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(step_dir, SEAL))
 
 
 def _read_json(path: str) -> tuple[Any, str | None]:
@@ -253,11 +258,15 @@ class Checkpoints:
                                            enable_async_checkpointing=True,
                                            cleanup_tmp_directories=True, create=True,
                                            todelete_subdir=_DELETING)
-    self._mngr = ocp.CheckpointManager(
-        self.directory, options=options,
-        item_handlers={"state": ocp.StandardCheckpointHandler(),
-                       "meta": ocp.JsonCheckpointHandler()})
+    with storage.writing(self.directory, "No checkpoint was written: free some space and run "
+                         "the same command again"):
+      self._mngr = ocp.CheckpointManager(
+          self.directory, options=options,
+          item_handlers={"state": ocp.StandardCheckpointHandler(),
+                         "meta": ocp.JsonCheckpointHandler()})
     self._sealers: list[threading.Thread] = []
+    self._seal_failures: list[tuple[int, BaseException]] = []
+    self._pending: int | None = None   # the step of the save in flight
 
   def all_steps(self) -> list[int]:
     return sorted(self._mngr.all_steps())
@@ -287,13 +296,56 @@ class Checkpoints:
           pass
 
   def save(self, step: int, state: Any, meta: dict) -> None:
-    """Start an asynchronous save of ``state`` at ``step``; returns once the arrays are copied."""
-    self._mngr.save(step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
+    """Start an asynchronous save of ``state`` at ``step``; returns once the arrays are copied.
+
+    Raises :class:`andrea_jax.storage.WriteError` when this save, or the previous one (which
+    finished in the background), could not be written for want of room or permission: the step
+    was not saved (orbax renames a step into place only once all of it is written) and the
+    checkpoints before it are intact.
+    """
+    self._finish_pending()   # orbax's save would wait for it: its failure is its own step's
+    self._pending = step
+    with self._writing(step):
+      self._mngr.save(step, args=ocp.args.Composite(
+          state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
     if self._primary:
       t = threading.Thread(target=self._seal_when_done, args=(step,), daemon=True)
       t.start()
       self._sealers.append(t)
+
+  def _writing(self, step: int):
+    """Turns a failed write of ``step`` into a ``WriteError`` that says what is intact."""
+    return storage.writing(os.path.join(self.directory, str(step)),
+                           lambda: self._after_failure(step))
+
+  def _after_failure(self, step: int) -> str:
+    complete = [s for s in _final_steps(self.directory) if s != step]
+    again = "free some space, then run the same command again"
+    if step in _final_steps(self.directory):
+      return (f"The checkpoint at step {step} was written whole but not sealed (it is trusted "
+              f"on orbax's commit markers): {again} to resume from it")
+    if not complete:
+      return f"No checkpoint was saved before it: {again} (it starts from step 0)"
+    return (f"The checkpoint at step {step} was not saved; the newest complete one, step "
+            f"{complete[-1]} in {self.directory}, is intact: {again} to resume from it")
+
+  def _finish_pending(self) -> None:
+    """Waits for the save in flight; a failed write raises, for its own step."""
+    if self._pending is not None:
+      with self._writing(self._pending):
+        self._mngr.wait_until_finished()
+      self._pending = None
+    for t in self._sealers:
+      t.join()
+    self._sealers.clear()
+    if self._seal_failures:
+      step, e = self._seal_failures.pop(0)
+      self._seal_failures.clear()
+      err = storage.write_error(e, os.path.join(self.directory, str(step)),
+                                self._after_failure(step))
+      if err is None:
+        raise e
+      raise err from e
 
   def _seal_when_done(self, step: int) -> None:
     step_dir = os.path.join(self.directory, str(step))
@@ -306,14 +358,15 @@ class Checkpoints:
       seal(step_dir)
     except FileNotFoundError:
       pass   # removed by the keep-N policy while we hashed it
+    except BaseException as e:   # a full disk: raised by the next save() or wait()
+      self._seal_failures.append((step, e))
+      return
     self._empty_deleting()   # the steps this save pushed past keep-N
 
   def wait(self) -> None:
-    """Block until every started save is written and sealed."""
-    self._mngr.wait_until_finished()
-    for t in self._sealers:
-      t.join()
-    self._sealers.clear()
+    """Block until every started save is written and sealed; raises ``WriteError`` as
+    :meth:`save` does."""
+    self._finish_pending()
     if self._primary:
       self._empty_deleting()
 
@@ -338,9 +391,11 @@ class Checkpoints:
       restored = self._mngr.restore(step, args=ocp.args.Composite(
           state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
       if self._primary:
-        self._set_aside([s for s, _ in damaged])
-        if not os.path.exists(os.path.join(step_dir, SEAL)):
-          seal(step_dir)   # killed before its seal: seal it now, so later damage is detected
+        with storage.writing(step_dir, "Nothing was written: free some space and run the same "
+                             "command again"):
+          self._set_aside([s for s, _ in damaged])
+          if not os.path.exists(os.path.join(step_dir, SEAL)):
+            seal(step_dir)   # killed before its seal: seal it now, so later damage is detected
       return step, restored.state, restored.meta
     if damaged:
       listing = "; ".join(f"step {s}: {p}" for s, p in damaged)
@@ -361,10 +416,22 @@ class Checkpoints:
     self._mngr.reload()
 
   def close(self) -> None:
-    self.wait()
-    self._mngr.close()
-    if self._primary:
-      self._empty_deleting(remove=True)   # the manager's threads are done
+    """Waits for the saves in flight (raising as :meth:`wait` does) and closes the manager."""
+    try:
+      self.wait()
+    finally:
+      self._mngr.close()   # a failure already raised is not raised again
+      if self._primary:
+        self._empty_deleting(remove=True)   # the manager's threads are done
+
+
+def _final_steps(directory: str) -> list[int]:
+  """Steps with a directory under their final name (orbax renames a step there once all of it is
+  written), ascending."""
+  try:
+    return sorted(int(n) for n in os.listdir(directory) if n.isdigit())
+  except FileNotFoundError:
+    return []
 
 
 def _check_arrays(mngr, step: int, abstract_state: Any, step_dir: str) -> None:

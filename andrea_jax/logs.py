@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from andrea_jax import storage
+
 
 def _py(v: Any) -> Any:
   if isinstance(v, (np.floating, float)):
@@ -101,10 +103,59 @@ def truncate_samples(path: str, last_step: int) -> None:
 
 
 def _replace(path: str, lines: list[str]) -> None:
-  tmp = path + ".tmp"
-  with open(tmp, "w") as f:
-    f.writelines(lines)
-  os.replace(tmp, path)   # atomic: a kill now leaves the old file or the new one, never half of it
+  # Atomic: a kill or a full disk leaves the old file or the new one, never half of it.
+  storage.atomic_write(path, "".join(lines).encode(), f"{path} is unchanged. {_AGAIN}")
+
+
+# What to do after a log write failed: the records of the steps before the newest checkpoint are
+# all in the logs (written before it was saved), and a resumed run writes the others again.
+_AGAIN = ("Free some space, then run the same command again: it resumes from the newest "
+          "checkpoint and writes the log records after it again")
+
+
+class _EventFile:
+  """A TensorBoard event file written in the calling thread (tensorboardX's ``EventsWriter``), so
+  that a failed write raises there. ``SummaryWriter`` writes from a thread of its own: when a full
+  disk ended that thread, its bounded queue filled and the run blocked on the next scalar.
+
+  It opens, as ``SummaryWriter(purge_step=resume_step)`` does, with a ``SessionLog.START`` at
+  ``resume_step``: TensorBoard then drops the earlier files' events with ``step >= resume_step``,
+  which this run writes again.
+  """
+
+  FLUSH_S = 30.0   # as SummaryWriter: a flush (with an fsync) at most this often, and at close
+
+  def __init__(self, logdir: str, resume_step: int, suffix: str):
+    from tensorboardX.event_file_writer import EventsWriter
+    from tensorboardX.proto.event_pb2 import Event, SessionLog
+    os.makedirs(logdir, exist_ok=True)
+    self.path = os.path.join(logdir, "events")
+    self._event = Event
+    self._flushed = time.monotonic()
+    self._writer = EventsWriter(self.path, suffix)
+    self.path = getattr(self._writer, "_file_name", self.path)   # named in errors
+    self._writer.write_event(Event(step=resume_step, file_version="brain.Event:2"))
+    self._writer.write_event(Event(step=resume_step,
+                                   session_log=SessionLog(status=SessionLog.START)))
+
+  def write(self, record: Mapping[str, Any]) -> None:
+    """The record's numbers as scalars, its ``sample*`` strings as text, at its step."""
+    from tensorboardX.summary import scalar, text
+    step, now = record["step"], time.time()
+    for k, v in record.items():
+      summary = None
+      if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
+        summary = scalar(k, v)
+      elif isinstance(v, str) and k.startswith("sample"):
+        summary = text(k, v)
+      if summary is not None:
+        self._writer.write_event(self._event(summary=summary, step=step, wall_time=now))
+    if time.monotonic() - self._flushed > self.FLUSH_S:
+      self._writer.flush()
+      self._flushed = time.monotonic()
+
+  def close(self) -> None:
+    self._writer.close()
 
 
 class RunLogger:
@@ -112,7 +163,9 @@ class RunLogger:
 
   Only process 0 writes. ``resume_step`` (the step of the checkpoint the run starts from, 0 for a
   fresh run) rewinds the logs an earlier run left: records with ``step >= resume_step`` are dropped
-  from the ``.jsonl`` files and hidden from TensorBoard (see the module docstring).
+  from the ``.jsonl`` files and hidden from TensorBoard (see the module docstring). A write that
+  fails for want of room or permission raises :class:`andrea_jax.storage.WriteError` naming the
+  file: what was written before stays, and a part of a record is dropped on resume.
   """
 
   def __init__(self, workdir: str, resume_step: int = 0, *, tensorboard: bool = True,
@@ -122,21 +175,22 @@ class RunLogger:
     self.metrics_path = os.path.join(workdir, "metrics.jsonl")
     self.throughput_path = os.path.join(workdir, "throughput.jsonl")
     self._tb = None
+    self._failed = False
     if not is_writer:
       return
     os.makedirs(workdir, exist_ok=True)
     for p in (self.metrics_path, self.throughput_path):
       truncate_jsonl(p, resume_step)
-    self._metrics = open(self.metrics_path, "a")
-    self._throughput = open(self.throughput_path, "a")
+    with storage.writing(workdir, _AGAIN):
+      self._metrics = open(self.metrics_path, "a")
+      self._throughput = open(self.throughput_path, "a")
     if tensorboard:
-      from tensorboardX import SummaryWriter
-      # Each run opens a new event file; its SessionLog.START at resume_step makes TensorBoard drop
-      # the earlier files' events with step >= resume_step, which this run writes again. The file is
-      # named by the second and opened with "wb": a nanosecond suffix keeps a run resumed within
-      # the same second from overwriting the last one's file, and sorts it after that file.
-      self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"), flush_secs=30,
-                               purge_step=resume_step, filename_suffix=f".{time.time_ns()}")
+      # Each run opens a new event file, named by the second: a nanosecond suffix keeps a run
+      # resumed within the same second from overwriting the last one's file (opened "wb"), and
+      # sorts it after that file.
+      logdir = os.path.join(workdir, "tensorboard")
+      with storage.writing(logdir, _AGAIN):
+        self._tb = _EventFile(logdir, resume_step, f".{time.time_ns()}")
 
   def write(self, record: Mapping[str, Any], *, deterministic: bool = True) -> None:
     """Write one record (must hold ``step``); numeric leaves also go to TensorBoard."""
@@ -144,23 +198,31 @@ class RunLogger:
       return
     rec = _py(dict(record))
     f = self._metrics if deterministic else self._throughput
-    f.write(json.dumps(rec, sort_keys=True) + "\n")
-    f.flush()
-    if self._tb is not None:
-      step = rec["step"]
-      for k, v in rec.items():
-        if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
-          self._tb.add_scalar(k, v, step)
-        elif isinstance(v, str) and k.startswith("sample"):
-          self._tb.add_text(k, v, step)
+    try:
+      with storage.writing(f.name, _AGAIN):
+        f.write(json.dumps(rec, sort_keys=True) + "\n")
+        f.flush()
+      if self._tb is not None:
+        with storage.writing(self._tb.path, _AGAIN):
+          self._tb.write(rec)
+    except storage.WriteError:
+      self._failed = True
+      raise
 
   def close(self) -> None:
+    """Closes the files; after a failed write, what they could not take is dropped quietly."""
     if not self.is_writer:
       return
-    self._metrics.close()
-    self._throughput.close()
-    if self._tb is not None:
-      self._tb.close()
+    failure = None
+    for f in (self._metrics, self._throughput, self._tb):
+      try:
+        if f is not None:
+          with storage.writing(getattr(f, "name", None) or f.path, _AGAIN):
+            f.close()
+      except storage.WriteError as e:
+        failure = failure or e
+    if failure is not None and not self._failed:
+      raise failure
 
 
 def read_jsonl(path: str) -> list[dict]:

@@ -42,9 +42,11 @@ def main(argv):
   import jax
   from andrea_jax import distributed
   from andrea_jax import runconfig
+  from andrea_jax import storage
   from andrea_jax import train
   from andrea_jax.checkpoint import CheckpointError
   from andrea_jax.data import DataError
+  from andrea_jax.workdir import WorkdirBusy
   if _stopped_before_start():
     return
   kept = f"the checkpoints in {_WORKDIR.value} are as they were"
@@ -63,6 +65,14 @@ def main(argv):
                                          early_signals=launch.RECEIVED)
     except (DataError, CheckpointError) as e:
       _fail(e, kept)                   # raised while opening the data or the checkpoints
+    except WorkdirBusy as e:           # another run holds the workdir: this one wrote nothing
+      _fail(e, f"nothing in {_WORKDIR.value} was changed by this command")
+    except OSError as e:               # a full disk, a read-only workdir: the message says more
+      error = e if isinstance(e, storage.WriteError) else storage.write_error(
+          e, e.filename or _WORKDIR.value, "Free some space and run the same command again")
+      if error is None:
+        raise
+      _fail(error, f"the complete checkpoints in {_WORKDIR.value} are intact")
     except train.TrainingHalted as e:
       _fail(e, "the last checkpoint holds the last good state; run the command again, changed as "
                "suggested, to resume from it")

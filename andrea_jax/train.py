@@ -20,6 +20,7 @@ The loop, in the order a newcomer should read it:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
@@ -46,6 +47,8 @@ from andrea_jax import runconfig
 from andrea_jax import sharding
 from andrea_jax import sources as sources_lib
 from andrea_jax import step as step_lib
+from andrea_jax import storage
+from andrea_jax import workdir as workdir_lib
 from andrea_jax.model import flops_per_token, init_params
 
 
@@ -431,8 +434,9 @@ class _Loop:
       self.bar.set_postfix(tok_s=f"{tps:,.0f}",
                            **({"mfu": f"{perf['mfu']:.1%}"} if "mfu" in perf else {}))
 
-  def train(self, signals: _Signals) -> dict:
-    """Runs the steps; returns the summary (``interrupted_at`` when a signal stopped it)."""
+  def train(self, signals: _Signals, lock=None) -> dict:
+    """Runs the steps; returns the summary (``interrupted_at`` when a signal stopped it). Stops
+    with :class:`andrea_jax.workdir.WorkdirBusy` if another run took the workdir's ``lock``."""
     summary: dict[str, Any] = {"start_step": self.start}
     log_every, num_steps = self.config.train.log_every, self.config.train.num_steps
     every_ckpt = self.config.train.checkpoint_every
@@ -441,6 +445,8 @@ class _Loop:
       # back to the steps before `start`: an evaluation belongs to the segment that begins there.
       self.evaluate(self.start)
     for t in range(self.start, self.end):
+      if lock is not None:
+        lock.raise_if_lost()
       self.state, metrics = self.opened.step_fn(self.state, next(self.batches))
       self.feed.record(t, metrics["schedule"])
       self.flush()               # read the previous log step now that step t is queued
@@ -467,12 +473,18 @@ class _Loop:
     return summary
 
   def close(self) -> None:
-    self.feed.close()
-    self.batches.close()
-    self.opened.checkpoints.close()
-    self.logger.close()
-    if self.bar is not None:
-      self.bar.close()
+    """Closes everything, each even if another failed (a full disk fails several); raises the
+    first failure."""
+    closers = [self.feed.close, self.batches.close, self.opened.checkpoints.close,
+               self.logger.close] + ([self.bar.close] if self.bar is not None else [])
+    failure = None
+    for close in closers:
+      try:
+        close()
+      except Exception as e:
+        failure = failure or e
+    if failure is not None:
+      raise failure
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
@@ -486,6 +498,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   ``train.stop_step`` ends the call after that step as at the run's end (an evaluation, a
   checkpoint; ``stopped_at`` in the summary): a later call with a larger one resumes from there and
   writes the logs an uninterrupted run would.
+  The call holds ``workdir``'s lock (:mod:`andrea_jax.workdir`) from before its first write to
+  its return: a second run on the same workdir is refused with ``WorkdirBusy``. A write that fails
+  for want of room or permission raises ``andrea_jax.storage.WriteError`` naming the file; the
+  checkpoints saved before stay intact, and the same call, once there is room, resumes from them.
   SIGTERM and SIGINT during the call stop the run at the next step boundary with a checkpoint;
   ``early_signals`` (the signals a caller recorded before calling, see :mod:`andrea_jax.launch`)
   act the same way. The handlers are held for the whole call, so a signal during start-up stops
@@ -499,23 +515,35 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       signals.deliver(early_signals[0])
     run = runconfig.build(config)            # validates everything; raises before any compilation
     make_workdir(workdir)
-    check_sources(os.path.join(workdir, "checkpoints"), run.sources)   # before anything compiles
-    opened = _open(run, config, workdir)
-    try:
-      start, opened.state = resume(opened.checkpoints, opened.state, config, opened.data_digest)
-      end = end_step(config, start, opened.checkpoints.directory)
-    except BaseException:   # before anything in workdir changes: its config.json and logs stay
-      opened.checkpoints.close()
-      raise
-    if jax.process_index() == 0:
-      with open(os.path.join(workdir, "config.json"), "w") as f:
-        f.write(config.to_json_best_effort(indent=2, sort_keys=True))
-    loop = _Loop(run, config, workdir, opened, start, end)
-    try:
-      summary = loop.train(signals)
-    finally:
+    # One run per workdir: a second one is refused here, before it writes anything.
+    with workdir_lib.hold(workdir) as lock:
+      return _train_locked(run, config, workdir, signals, lock)
+
+
+def _train_locked(run: runconfig.Run, config: ml_collections.ConfigDict, workdir: str,
+                  signals: _Signals, lock) -> dict:
+  """:func:`train_and_evaluate` once it holds the workdir's lock."""
+  check_sources(os.path.join(workdir, "checkpoints"), run.sources)   # before anything compiles
+  opened = _open(run, config, workdir)
+  try:
+    start, opened.state = resume(opened.checkpoints, opened.state, config, opened.data_digest)
+    end = end_step(config, start, opened.checkpoints.directory)
+  except BaseException:   # before anything in workdir changes: its config.json and logs stay
+    opened.checkpoints.close()
+    raise
+  if jax.process_index() == 0:
+    storage.atomic_write(os.path.join(workdir, "config.json"),
+                         config.to_json_best_effort(indent=2, sort_keys=True).encode(),
+                         "Nothing else was written: free some space and run again")
+  loop = _Loop(run, config, workdir, opened, start, end)
+  try:
+    summary = loop.train(signals, lock)
+  except BaseException:
+    with contextlib.suppress(Exception):   # the first failure is the one to report
       loop.close()
-    return _finish(run, config, workdir, summary, end)
+    raise
+  loop.close()
+  return _finish(run, config, workdir, summary, end)
 
 
 def _finish(run: runconfig.Run, config: ml_collections.ConfigDict, workdir: str, summary: dict,

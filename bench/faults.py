@@ -1,11 +1,13 @@
-"""Fault campaign: kills and signals on a real run, damaged and untrusted checkpoints, hostile
-configs, hostile data and extreme numbers. Prints one table.
+"""Fault campaign: kills and signals on a real run, two runs in one workdir, full disks, damaged and
+untrusted checkpoints, hostile configs, hostile data and extreme numbers. Prints one table.
 
-  python -m bench.faults            # 24 SIGKILLs, 10 SIGTERM, 10 SIGINT, 2000 configs...
-  python -m bench.faults --quick    # 8 SIGKILLs, 2 + 2 signals, 400 configs...
+  python -m bench.faults            # 24 SIGKILLs, 10 SIGTERM, 10 SIGINT, 6 double launches, 18 full
+                                    # disks, 2000 configs...
+  python -m bench.faults --quick    # 8 SIGKILLs, 2 + 2 signals, 2 double launches, 6 full disks...
+  python -m bench.faults --quick --only=lock,enospc   # some parts (the reference run comes along)
 
-About 15 minutes on 2 CPU cores (5 with --quick), almost all of it in the kill campaign: every
-segment is a fresh ``python -m andrea_jax.main`` (imports, data checks, a compilation-cache load).
+Almost all the time goes to the campaigns on a real run: every segment is a fresh
+``python -m andrea_jax.main`` (imports, data checks, a compilation-cache load).
 
 The kill campaign trains ``tests/faults/harness.fault_config(num_steps)`` (the tests' tiny model,
 checkpoints every 2 steps, keep 3) as a chain of subprocesses, each ended by a fault drawn at random
@@ -18,6 +20,18 @@ were gone. The stitched run must equal the uninterrupted one bit for bit (every 
 mixture weights, and the whole final state: parameters, AdamW moments, curriculum and bandit
 statistics).
 
+The lock campaign (tests/faults/double_launch.py) freezes the running process at a random step,
+launches the same command with another learning rate on its workdir (*survived*: refused, exit 1,
+naming the holder, nothing in the workdir changed), then SIGKILLs it a few steps later: the next
+process must take the lock over and resume from the newest checkpoint. The full-disk campaign
+(tests/faults/enospc.py) injects ENOSPC at one write site per process (orbax's array write and
+commit marker, the seal, a metrics.jsonl record, a shard or the manifest while the data is prepared
+again): *survived* is one ``error:`` line naming the file, every complete checkpoint verifying,
+nothing half-written listed, and the next process resuming from the newest checkpoint. Both stitched
+runs must equal the uninterrupted one bit for bit. *Lost anything* counts the faults after which a
+committed step, a file or a number was lost (a checkpoint not resumed from or failing verification,
+a workdir changed by a refused launch, a stitched run that differs).
+
 Bad inputs are *rejected cleanly* when the error is the documented one (ValueError/TypeError naming
 the field, DataError naming the file and position, CheckpointError naming the file or array, before
 any array is read), or, for numbers, when the output is finite and correct (or NaN for a NaN input).
@@ -26,6 +40,7 @@ any array is read), or, for numbers, when the output is finite and correct (or N
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import re
 import shutil
@@ -49,7 +64,7 @@ from andrea_jax import data as data_lib
 from andrea_jax import logs
 from andrea_jax.simplex import Region
 from andrea_jax.sources import SOURCES
-from tests.faults import bad_configs, corrupt, harness
+from tests.faults import bad_configs, corrupt, double_launch, enospc, harness
 
 KILL_NAMES = {
     "async_write": "SIGKILL during an async checkpoint write",
@@ -72,27 +87,29 @@ UNTRUSTED_CLASSES = {   # a word of the case's name -> its row (the first match 
 
 
 class Table:
-  """Rows of (fault or bad input, injected or tried, survived or rejected, steps lost)."""
+  """Rows of (fault or bad input, tried, survived or rejected, faults that lost anything, steps
+  lost); ``-`` where nothing could be lost (a bad input is rejected or not)."""
 
   def __init__(self):
-    self.rows: list[tuple[str, int, int, str]] = []
+    self.rows: list[tuple[str, int, int, str, str]] = []
 
-  def add(self, name: str, tried: int, ok: int, lost: int | str = "-"):
-    self.rows.append((name, tried, ok, str(lost)))
+  def add(self, name: str, tried: int, ok: int, lost: int | str = "-",
+          lost_any: int | str = "-"):
+    self.rows.append((name, tried, ok, str(lost_any), str(lost)))
 
   def merge(self, name: str, tried: int, ok: int):
-    for i, (n, t, o, lost) in enumerate(self.rows):
+    for i, (n, t, o, lost_any, lost) in enumerate(self.rows):
       if n == name:
-        self.rows[i] = (n, t + tried, o + ok, lost)
+        self.rows[i] = (n, t + tried, o + ok, lost_any, lost)
         return
     self.add(name, tried, ok)
 
   def print(self):
     width = max(len(r[0]) for r in self.rows)
-    print(f"{'fault / bad input':<{width}}  {'injected':>8}  {'survived/rejected':>17}  "
-          f"{'steps lost':>10}")
-    for name, tried, ok, lost in self.rows:
-      print(f"{name:<{width}}  {tried:>8}  {ok:>17}  {lost:>10}")
+    print(f"{'fault / bad input':<{width}}  {'tried':>6}  {'survived/rejected':>17}  "
+          f"{'lost anything':>13}  {'steps lost':>10}")
+    for name, tried, ok, lost_any, lost in self.rows:
+      print(f"{name:<{width}}  {tried:>6}  {ok:>17}  {lost_any:>13}  {lost:>10}")
 
 
 def _log(msg: str) -> None:
@@ -102,13 +119,28 @@ def _log(msg: str) -> None:
 # --- kills and signals -------------------------------------------------------------------------
 
 
-def kill_campaign(table: Table, root: Path, quick: bool) -> None:
+@dataclasses.dataclass
+class Reference:
+  """The uninterrupted run every campaign is compared with, and its warm rerun's timing."""
+  config: ml_collections.ConfigDict
+  env: dict[str, str]
+  workdir: Path
+  warm: harness.Segment
+
+  def same(self, workdir: Path) -> bool:
+    """``workdir`` holds this run bit for bit: every record of metrics.jsonl, the final state."""
+    final = f"checkpoints/{self.config.train.num_steps}"
+    return ((workdir / "metrics.jsonl").read_text()
+            == (self.workdir / "metrics.jsonl").read_text()
+            and not harness.differences(harness.read_state(workdir / final),
+                                        harness.read_state(self.workdir / final)))
+
+
+def reference_runs(table: Table, root: Path, quick: bool) -> Reference:
   num_steps = 60 if quick else 240   # room for every fault: a segment advances <= 6 steps
-  per_kill, per_signal = (2, 2) if quick else (6, 10)
   config = harness.fault_config(num_steps)
   env = harness.environment(str(root / "xla_cache"))
   rng = np.random.default_rng(0)
-
   reference = root / "reference" / "run"
   reference.parent.mkdir()
   seg = harness.run_segment(config, reference, "none", env=env, rng=rng, num_steps=num_steps,
@@ -120,12 +152,17 @@ def kill_campaign(table: Table, root: Path, quick: bool) -> None:
   seg = harness.run_segment(config, warm, "none", env=env, rng=rng, num_steps=num_steps,
                             log=root / "warm.log")
   _log(f"warm uninterrupted run: {seg.seconds:.1f} s")
-  final = f"checkpoints/{num_steps}"
-  same = ((warm / "metrics.jsonl").read_text() == (reference / "metrics.jsonl").read_text()
-          and not harness.differences(harness.read_state(warm / final),
-                                      harness.read_state(reference / final)))
-  table.add("rerun from the compilation cache = reference", 1, int(same))
+  ref = Reference(config, env, reference, seg)
+  table.add("rerun from the compilation cache = reference", 1, int(ref.same(warm)))
+  return ref
 
+
+def kill_campaign(table: Table, root: Path, quick: bool, ref: Reference) -> None:
+  per_kill, per_signal = (2, 2) if quick else (6, 10)
+  config, env, reference, seg = ref.config, ref.env, ref.workdir, ref.warm
+  num_steps = config.train.num_steps
+  final = f"checkpoints/{num_steps}"
+  rng = np.random.default_rng(0)
   plan = [k for k in harness.KILLS for _ in range(per_kill)]
   plan += (["sigterm"] * (per_signal // 2) + ["sigterm_anytime"] * (per_signal - per_signal // 2)
            + ["sigint"] * per_signal)
@@ -144,7 +181,7 @@ def kill_campaign(table: Table, root: Path, quick: bool) -> None:
     _log("PROBLEM " + problem)
   for fault, name in KILL_NAMES.items():
     table.add(name, check.injected.get(fault, 0), check.survived.get(fault, 0),
-              check.steps_lost.get(fault, 0))
+              check.steps_lost.get(fault, 0), check.lost_any.get(fault, 0))
   # Cleaned by the first later segment that opened the checkpoints (one killed during its start-up
   # had no chance to).
   left = cleaned = 0
@@ -154,10 +191,8 @@ def kill_campaign(table: Table, root: Path, quick: bool) -> None:
       opened = next((n for n in segments[k + 1:] if n.initialised), None)
       cleaned += opened is not None and not (s.leftovers_after & opened.leftovers_after)
   table.add("kills leaving temporaries -> cleaned at restart", left, cleaned)
-  stitched = ((workdir / "metrics.jsonl").read_text() == (reference / "metrics.jsonl").read_text()
-              and not harness.differences(harness.read_state(workdir / final),
-                                          harness.read_state(reference / final)))
-  table.add("stitched run = uninterrupted, bit for bit", 1, int(stitched))
+  stitched = ref.same(workdir)
+  table.add("stitched run = uninterrupted, bit for bit", 1, int(stitched), "-", int(not stitched))
 
   # A damaged last checkpoint of a finished run: the command run again recovers.
   damaged = root / "damaged" / "run"
@@ -170,7 +205,7 @@ def kill_campaign(table: Table, root: Path, quick: bool) -> None:
         and (damaged / "metrics.jsonl").read_text() == (reference / "metrics.jsonl").read_text()
         and not harness.differences(harness.read_state(damaged / final),
                                     harness.read_state(reference / final)))
-  table.add("damaged last checkpoint of a real run", 1, int(ok), 0 if ok else "?")
+  table.add("damaged last checkpoint of a real run", 1, int(ok), 0 if ok else "?", int(not ok))
 
   # NaN steps (a token id outside the embedding) in a real run: skipped, weights unchanged.
   nan_steps = [5, num_steps - 2, num_steps - 1]
@@ -191,6 +226,71 @@ def kill_campaign(table: Table, root: Path, quick: bool) -> None:
             len(nan_steps) if ok else 0)
 
 
+# --- two runs in one workdir, a full disk -------------------------------------------------------
+
+
+def lock_campaign(table: Table, root: Path, quick: bool, ref: Reference) -> None:
+  """Second launches on a held workdir and takeovers after SIGKILL (tests/faults/double_launch)."""
+  other = harness.fault_config(ref.config.train.num_steps)
+  other.optim.peak_lr *= 2   # had it written anything, the stitched run would differ
+  workdir = root / "lock" / "run"
+  progress = lambda k, t: _log(f"  {k:2d} second launch refused={t.refused} untouched={t.untouched}"
+                               f" in {t.refused_after:.1f} s; killed at newest "
+                               f"{t.newest_after_kill}")
+  trials, last = double_launch.campaign(ref.config, other, workdir, 2 if quick else 6,
+                                        env=ref.env, seed=4, progress=progress)
+  lost = double_launch.takeovers(trials, last, workdir)
+  seconds = sorted(t.refused_after for t in trials)
+  table.add(f"second launch on a held workdir (refused in {seconds[len(seconds) // 2]:.1f} s, "
+            "median)", len(trials), sum(t.refused and t.untouched for t in trials), "-",
+            sum(not t.untouched for t in trials))
+  table.add("SIGKILL of the lock holder -> taken over", len(trials),
+            sum(n == 0 for n in lost), sum(n for n in lost if n), sum(n != 0 for n in lost))
+  same = last.returncode == 0 and ref.same(workdir)
+  table.add("double launches + takeovers = uninterrupted", 1, int(same), "-", int(not same))
+
+
+ENOSPC_NAMES = {
+    "checkpoint": "ENOSPC: orbax array write (async)",
+    "commit": "ENOSPC: orbax commit marker",
+    "seal": "ENOSPC: checkpoint seal",
+    "log": "ENOSPC: metrics.jsonl record",
+    "shard": "ENOSPC: shard, preparing data",
+    "manifest": "ENOSPC: manifest.json, preparing data",
+}
+
+
+def enospc_campaign(table: Table, root: Path, quick: bool, ref: Reference) -> None:
+  """A full disk (injected, tests/faults/enospc.py) at each write site of a real run, each followed
+  by the command run again; the stitched run against the uninterrupted one."""
+  config = harness.fault_config(ref.config.train.num_steps)
+  config.data.cache_dir = str(root / "enospc" / "cache")   # its own prepared data, removed at will
+  rng = np.random.default_rng(6)
+  plan = []
+  for site in list(enospc.SITES) * (1 if quick else 3):
+    plan.append({"checkpoint": f"{site}@+{2 * rng.integers(1, 4)}",
+                 "commit": f"{site}@+{2 * rng.integers(1, 4)}",
+                 "seal": f"{site}@+{2 * rng.integers(1, 4)}", "log": f"{site}@+{rng.integers(1, 6)}",
+                 "shard": f"{site}@{rng.choice(SOURCES)}",
+                 "manifest": f"{site}@{rng.integers(1, len(SOURCES) + 2)}"}[site])
+  rng.shuffle(plan)
+  workdir = root / "enospc" / "run"
+  workdir.parent.mkdir(parents=True, exist_ok=True)
+  progress = lambda k, f, s: _log(f"  {k:2d} {f:20s} rc={s.returncode} resumed={s.resumed_from} "
+                                  f"newest {s.newest_before}->{s.newest_after} {s.seconds:.1f}s")
+  faults, segments = enospc.campaign(config, workdir, plan, env=ref.env, progress=progress)
+  outcomes = enospc.check(segments, faults, workdir, config.data.cache_dir)
+  for o in outcomes:
+    if not o["named"] or o["lost"]:
+      _log(f"PROBLEM {o['fault']}: named={o['named']} lost={o['lost']}\n{o['output']}")
+  for site, name in ENOSPC_NAMES.items():
+    mine = [o for o in outcomes if o["site"] == site]
+    table.add(name, len(mine), sum(o["named"] and not o["lost"] for o in mine),
+              sum(o["steps_lost"] for o in mine), sum(bool(o["lost"]) for o in mine))
+  same = segments[-1].returncode == 0 and ref.same(workdir)
+  table.add("full disks, resumed = uninterrupted, bit for bit", 1, int(same), "-", int(not same))
+
+
 # --- checkpoints -------------------------------------------------------------------------------
 
 
@@ -201,7 +301,7 @@ def damaged_checkpoints(table: Table, root: Path, quick: bool) -> None:
   abstract = corrupt.abstract(corrupt.tiny_state(0))
   repeats = 8 if quick else 25
   for kind in corrupt.DAMAGE:
-    ok = lost = 0
+    ok = lost = lost_any = 0
     for trial in range(repeats):
       directory = root / f"damage-{kind}-{trial}" / "checkpoints"
       shutil.copytree(base, directory)
@@ -217,8 +317,10 @@ def damaged_checkpoints(table: Table, root: Path, quick: bool) -> None:
       ckpts.save(3, corrupt.tiny_state(3), {"step": 3})   # the resumed run writes step 3 again
       ckpts.close()
       ok += named and same and step == 2 and ckpt_lib.verify(str(directory / "3")) is None
+      lost_any += not (same and step == 2)
       shutil.rmtree(directory.parent)
-    table.add(f"damaged latest checkpoint: {kind.replace('_', ' ')}", repeats, ok, lost)
+    table.add(f"damaged latest checkpoint: {kind.replace('_', ' ')}", repeats, ok, lost,
+              lost_any)
 
   plain = root / "plain" / "checkpoints"
   corrupt.write_plain_checkpoint(plain, 1, corrupt.tiny_state(1))
@@ -376,21 +478,40 @@ def numerics(table: Table, root: Path, quick: bool) -> None:
   table.add("bandit: extreme parameters", len(extreme), ok)
 
 
+PARTS = ("kills", "lock", "enospc", "checkpoints", "configs", "data", "numerics")
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--quick", action="store_true", help="fewer kills, signals and cases")
   parser.add_argument("--keep", action="store_true", help="keep the working directory")
+  parser.add_argument("--only", default=",".join(PARTS),
+                      help=f"comma-separated parts to run, of {','.join(PARTS)}")
   args = parser.parse_args()
+  parts = args.only.split(",")
+  if set(parts) - set(PARTS):
+    parser.error(f"--only: unknown part(s) {sorted(set(parts) - set(PARTS))}; of {PARTS}")
   root = Path(tempfile.mkdtemp(prefix="andrea_faults_"))
   _log(f"working in {root}")
   table = Table()
   start = time.perf_counter()
   try:
-    kill_campaign(table, root, args.quick)
-    damaged_checkpoints(table, root, args.quick)
-    hostile_configs(table, args.quick)
-    hostile_data(table, root, args.quick)
-    numerics(table, root, args.quick)
+    if {"kills", "lock", "enospc"} & set(parts):
+      ref = reference_runs(table, root, args.quick)
+    if "kills" in parts:
+      kill_campaign(table, root, args.quick, ref)
+    if "lock" in parts:
+      lock_campaign(table, root, args.quick, ref)
+    if "enospc" in parts:
+      enospc_campaign(table, root, args.quick, ref)
+    if "checkpoints" in parts:
+      damaged_checkpoints(table, root, args.quick)
+    if "configs" in parts:
+      hostile_configs(table, args.quick)
+    if "data" in parts:
+      hostile_data(table, root, args.quick)
+    if "numerics" in parts:
+      numerics(table, root, args.quick)
   finally:
     if not args.keep:
       shutil.rmtree(root, ignore_errors=True)

@@ -15,8 +15,10 @@ PACKAGE = REPO / "andrea_jax"
 
 # The layers, lowest first: a module may import its own layer and the layers below, never above.
 LAYERS = (
-    {"sources", "attention", "model", "simplex", "bandit", "heads", "optim", "repetition"},
-    {"curriculum", "data", "cliff", "generate", "convert", "sharding", "distributed", "launch"},
+    {"sources", "attention", "model", "simplex", "bandit", "heads", "optim", "repetition",
+     "storage"},
+    {"curriculum", "data", "cliff", "generate", "convert", "sharding", "distributed", "launch",
+     "workdir"},
     {"step"},
     {"runconfig", "config", "checkpoint", "feed", "logs", "plots", "evaluate", "viz"},
     {"train", "ablation", "terrain"},

@@ -2,7 +2,8 @@
 
 Each process has two simulated CPU devices; the mesh is ``fsdp = 4`` over the four, so every
 parameter and moment is split across the two processes, each process builds only its half of the
-global batch, and each writes its own shards of every checkpoint.
+global batch, and each writes its own shards of every checkpoint. Process 0 holds the workdir's
+lock for both: a second launch of two processes on the same workdir is refused.
 """
 
 import json
@@ -159,7 +160,7 @@ def test_two_processes_equal_one_and_resume_after_both_are_killed(tmp_path, tmp_
              XLA_FLAGS="--xla_force_host_platform_device_count=2",
              # The restarted processes reuse the first ones' compilations.
              JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax_cache"))
-  procs = _start(c, workdir, env)
+  procs, refused = _start(c, workdir, env), []
   seal = workdir / "checkpoints" / str(first) / ckpt_lib.SEAL
   try:
     want = reference_records(tmp_path_factory)      # one process, one device (while they compile)
@@ -169,8 +170,23 @@ def test_two_processes_equal_one_and_resume_after_both_are_killed(tmp_path, tmp_
         assert p.poll() is None, p.stdout.read()[-4000:]
       assert time.time() < deadline
       time.sleep(0.05)
-  except BaseException:
+    # A second launch of the same job (its own coordinator) on the same workdir, while the first
+    # is paused: process 0 is refused the lock, the other is told, neither writes anything.
     for p in procs:
+      p.send_signal(signal.SIGSTOP)
+    files = sorted(str(f) for f in workdir.rglob("*"))
+    refused = _start(c, workdir, env)
+    outs = [p.communicate(timeout=240)[0] for p in refused]
+    assert [p.returncode for p in refused] == [1, 1], outs
+    busy = f"the workdir {workdir} is in use by another run: process {procs[0].pid} on host "
+    assert f"error: process 0 of 2: {busy}" in outs[0], outs[0][-3000:]
+    assert (f"error: process 1 of 2: process 0 could not take the workdir's lock: {busy}"
+            in outs[1]), outs[1][-3000:]
+    assert sorted(str(f) for f in workdir.rglob("*")) == files
+    for p in procs:
+      p.send_signal(signal.SIGCONT)
+  except BaseException:
+    for p in procs + refused:
       p.kill()
     raise
   for p in procs:                                    # kill both mid-run (a preemption notice)
@@ -183,6 +199,7 @@ def test_two_processes_equal_one_and_resume_after_both_are_killed(tmp_path, tmp_
   sealed = json.loads(seal.read_text())["files"]
   assert any("process_1" in f for f in sealed) and any("process_0" in f for f in sealed), sealed
 
+  assert not (workdir / "run.lock").exists()          # released by process 0 on its way out
   outs = _finish(_start(c, workdir, env))            # restart both: they resume
   assert f"resuming from step {stops[0]}" in outs[0], outs[0][-4000:]
   assert f"done: {num_steps} steps" in outs[0]

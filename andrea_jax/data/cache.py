@@ -12,6 +12,8 @@ import os
 import shutil
 from collections.abc import Callable
 
+from andrea_jax import storage
+
 COMPLETE = "COMPLETE"
 CACHE_ENV = "ANDREA_JAX_CACHE"
 
@@ -44,13 +46,13 @@ def build_once(path: str, write: Callable[[str], None], note: str) -> str:
     return path
   tmp = f"{path}.tmp{os.getpid()}"
   shutil.rmtree(tmp, ignore_errors=True)
-  try:
+  # A failure (a full disk: WriteError) removes the partial copy: nothing half-written is left to
+  # be mistaken for the finished directory, or to take room.
+  with storage.writing(tmp, f"The partial copy was removed and {path} was not made: free some "
+                       "space and run again", cleanup=lambda: shutil.rmtree(tmp)):
     write(tmp)
     with open(os.path.join(tmp, COMPLETE), "w") as f:
       f.write(note + "\n")
-  except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)   # nothing half-written is left to be mistaken
-    raise
   if os.path.isdir(path):   # an interrupted earlier attempt, or another process finished first
     if is_complete(path):
       shutil.rmtree(tmp)

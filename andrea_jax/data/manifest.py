@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from andrea_jax import storage
 from andrea_jax.data.errors import DataError
 
 FORMAT_VERSION = 1
@@ -51,13 +52,13 @@ def shard_name(source: str, split: str, index: int) -> str:
 
 
 def atomic_write_bytes(path: str, content: bytes) -> None:
-  """Writes ``content`` to ``path`` through a temporary file and a rename."""
-  tmp = f"{path}.tmp{os.getpid()}"
-  with open(tmp, "wb") as f:
-    f.write(content)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
+  """Writes ``content`` to ``path`` through a temporary file and a rename; a failed write (a full
+  disk) raises :class:`andrea_jax.storage.WriteError` and leaves the previous file whole."""
+  storage.atomic_write(path, content, f"{path} is as it was before: {_AGAIN}")
+
+
+# After a failed write of prepared data: what the manifest lists is whole, the rest is redone.
+_AGAIN = "free some space, then run again (it prepares the sources not listed in it)"
 
 
 def write_manifest(out_dir: str, manifest: dict[str, Any]) -> None:
@@ -92,6 +93,8 @@ class ShardWriter:
 
   Documents may straddle two shards; every shard but the last holds exactly ``shard_tokens`` tokens.
   ``close()`` returns the manifest entries ``[{"file", "tokens", "sha256"}]`` of the shards written.
+  A shard is written under a temporary name and renamed once whole; a failed write (a full disk)
+  removes the temporary file and raises :class:`andrea_jax.storage.WriteError`.
   """
 
   def __init__(self, out_dir: str, source: str, split: str, dtype: np.dtype, shard_tokens: int):
@@ -107,21 +110,38 @@ class ShardWriter:
     """Appends tokens (any integer dtype, values already checked to fit ``dtype``)."""
     tokens_N = np.asarray(tokens_N).astype(self._dtype, copy=False)
     while tokens_N.size:
-      if self._file is None:
-        self._open()
-      take = min(self._cap - self._count, tokens_N.size)
-      block = tokens_N[:take].tobytes()
-      self._file.write(block)
-      self._sha.update(block)
-      self._count += take
-      tokens_N = tokens_N[take:]
-      if self._count == self._cap:
-        self._finish()
+      with self._writing():
+        if self._file is None:
+          self._open()
+        take = min(self._cap - self._count, tokens_N.size)
+        block = tokens_N[:take].tobytes()
+        self._file.write(block)
+        self._sha.update(block)
+        self._count += take
+        tokens_N = tokens_N[take:]
+        if self._count == self._cap:
+          self._finish()
 
   def close(self) -> list[dict[str, Any]]:
     if self._file is not None:
-      self._finish()
+      with self._writing():
+        self._finish()
     return self._entries
+
+  def _writing(self):
+    """A failed write removes the shard being written (its temporary file)."""
+    def discard():
+      if self._file is not None:
+        f, self._file = self._file, None
+        try:
+          f.close()
+        finally:
+          os.remove(self._tmp)
+    name = shard_name(self._source, self._split, len(self._entries))
+    return storage.writing(
+        os.path.join(self._out_dir, name),
+        f"Source {self._source!r} is not listed in {MANIFEST}, so nothing of it is used: {_AGAIN}",
+        cleanup=discard)
 
   def _open(self) -> None:
     self._name = shard_name(self._source, self._split, len(self._entries))

@@ -22,6 +22,7 @@ from andrea_jax.data.config import prepare_from_config, validate_data_config, wi
 from andrea_jax.data.prepare_lib import PrepareResult, prepare  # re-exported for convenience
 from andrea_jax.data.tokenizers import load_tokenizer
 from andrea_jax.sources import SOURCES
+from andrea_jax.storage import WriteError
 
 __all__ = ["PrepareResult", "main", "prepare"]
 
@@ -40,7 +41,8 @@ def main(argv: Sequence[str]) -> None:
             ".format='hf' with .dataset)", file=sys.stderr)
     tok = load_tokenizer(data.tokenizer)
     result = prepare_from_config(data, tok, out, sources=sources, progress=True)
-  except (ValueError, TypeError) as e:   # DataError included: the message names file and byte
+  # DataError included: the message names file and byte; WriteError: a full disk, naming the file.
+  except (ValueError, TypeError, WriteError) as e:
     if flags.FLAGS["verbosity"].present:
       raise
     print(f"error: {e}\n(finished sources in {out} are kept; --verbosity=0 shows the traceback)",

@@ -29,12 +29,14 @@ import contextlib
 import functools
 import multiprocessing
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 import tqdm
 
+from andrea_jax import storage
 from andrea_jax.data import chat_templates, hashing, hub, readers
 from andrea_jax.data import manifest as mf
 from andrea_jax.data.errors import DataError
@@ -179,18 +181,35 @@ def _remove_source_files(out_dir: str, source: str) -> None:
 @contextlib.contextmanager
 def _locked(out_dir: str):
   """Holds an exclusive lock on ``out_dir`` so that processes preparing it at once take turns (the
-  later ones then find the sources finished). POSIX only; elsewhere a no-op."""
+  later ones then find the sources finished; one that waits says so). An ``flock``, which the
+  kernel drops when its holder dies: a killed preparation never leaves it held. POSIX only;
+  elsewhere, and on a file system without locks (some network ones), a no-op."""
   try:
     import fcntl
   except ImportError:
     yield
     return
-  with open(os.path.join(out_dir, ".lock"), "a") as f:
-    fcntl.flock(f, fcntl.LOCK_EX)
+  path = os.path.join(out_dir, ".lock")
+  with storage.writing(path, f"Nothing was prepared in {out_dir}: free some space (or give a "
+                       "directory this user can write to) and run again"):
+    f = open(path, "a")
+  with f:
+    locked = True
+    try:
+      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      print(f"waiting for another process preparing {out_dir} (it holds {path})",
+            file=sys.stderr, flush=True)
+      fcntl.flock(f, fcntl.LOCK_EX)
+    except OSError as e:   # ENOLCK, EOPNOTSUPP: this file system keeps no locks
+      print(f"warning: {path} cannot be locked ({e.strerror}); preparing without the lock",
+            file=sys.stderr)
+      locked = False
     try:
       yield
     finally:
-      fcntl.flock(f, fcntl.LOCK_UN)
+      if locked:
+        fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _worker_init() -> None:
@@ -266,15 +285,24 @@ def _write_source(todo: _Todo, batches, tok: Tokenizer, out_dir: str, dtype: np.
   writers = {s: mf.ShardWriter(out_dir, todo.name, s, dtype, shard_tokens) for s in mf.SPLITS}
   docs = {s: 0 for s in mf.SPLITS}
   first_doc = 0
-  for tokens_N, lengths_D in batches:
-    held_D = eval_mask(todo.name, first_doc, lengths_D.size, todo.spec.eval_fraction)
-    first_doc += lengths_D.size
-    held_N = np.repeat(held_D, lengths_D)
-    writers["train"].write(tokens_N[~held_N])
-    writers["eval"].write(tokens_N[held_N])
-    docs["eval"] += int(held_D.sum())
-    docs["train"] += int(lengths_D.size - held_D.sum())
-  shards = {s: writers[s].close() for s in mf.SPLITS}
+  try:
+    for tokens_N, lengths_D in batches:
+      held_D = eval_mask(todo.name, first_doc, lengths_D.size, todo.spec.eval_fraction)
+      first_doc += lengths_D.size
+      held_N = np.repeat(held_D, lengths_D)
+      writers["train"].write(tokens_N[~held_N])
+      writers["eval"].write(tokens_N[held_N])
+      docs["eval"] += int(held_D.sum())
+      docs["train"] += int(lengths_D.size - held_D.sum())
+    shards = {s: writers[s].close() for s in mf.SPLITS}
+  except storage.WriteError:
+    # Unlisted in the manifest, its shards would never be used; on a full disk they take room.
+    for w in writers.values():
+      with contextlib.suppress(Exception):
+        w.close()
+    with contextlib.suppress(OSError):
+      _remove_source_files(out_dir, todo.name)
+    raise
   return {"source": todo.name, "dtype": dtype.name,
           "tokenizer": {"name": tok.name, "fingerprint": tok.fingerprint},
           "documents": docs,

@@ -276,6 +276,7 @@ class Check:
   injected: dict[str, int]
   survived: dict[str, int]
   steps_lost: dict[str, int]
+  lost_any: dict[str, int]        # faults after which a committed step was lost or fails to verify
   problems: list[str]
 
 
@@ -289,7 +290,7 @@ def check_campaign(segments: list[Segment]) -> Check:
   resumed from the newest complete one (0 steps lost), and the temporary directories left before it
   were gone once it had opened them.
   """
-  injected, survived, lost, problems = {}, {}, {}, []
+  injected, survived, lost, lost_any, problems = {}, {}, {}, {}, []
   for k, seg in enumerate(segments):
     # The restart that counts is the next segment that opened the checkpoints: one stopped by a
     # signal or killed while still importing neither resumed nor lost anything.
@@ -314,6 +315,7 @@ def check_campaign(segments: list[Segment]) -> Check:
         why.append("no new checkpoint at the interruption")
     elif seg.returncode != -signal.SIGKILL:
       why.append(f"exited {seg.returncode}, not by the kill")
+    lost_any.setdefault(seg.fault, 0)
     if seg.unverified:
       why.append(f"complete checkpoints fail verification: {seg.unverified}")
     if nxt is not None:
@@ -324,11 +326,12 @@ def check_campaign(segments: list[Segment]) -> Check:
           why.append(f"the restart resumed from {nxt.resumed_from}, not {nxt.newest_before}")
       if nxt.initialised and seg.leftovers_after & nxt.leftovers_after:
         why.append(f"temporaries not cleaned: {sorted(seg.leftovers_after & nxt.leftovers_after)}")
+    lost_any[seg.fault] += bool(seg.unverified or (nxt is not None and nxt.steps_lost))
     if why:
       problems.append(f"segment {k} ({seg.fault}): " + "; ".join(why))
     else:
       survived[seg.fault] = survived.get(seg.fault, 0) + 1
-  return Check(injected, survived, lost, problems)
+  return Check(injected, survived, lost, lost_any, problems)
 
 
 def read_state(step_dir: Path) -> dict[str, np.ndarray]:

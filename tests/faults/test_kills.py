@@ -126,11 +126,12 @@ def test_campaign_bookkeeping_skips_restarts_that_never_started():
   check = harness.check_campaign(segments)
   assert check.problems == []
   assert check.steps_lost == {"sigint": 0, "sigterm_anytime": 0, "random_time": 0}
+  assert check.lost_any == {"sigint": 0, "sigterm_anytime": 0, "random_time": 0}
   assert check.survived == {"sigint": 1, "sigterm_anytime": 1, "random_time": 1}
 
   segments[-1] = _segment("none", 0, 8, 13, 20, "done: 20 steps")
   check = harness.check_campaign(segments)
-  assert check.steps_lost["sigint"] == 5 and check.problems
+  assert check.steps_lost["sigint"] == 5 and check.lost_any["sigint"] == 1 and check.problems
 
   # A restart that loses the newest checkpoint (13 -> 11) before it is killed, silently: the final
   # run resumes from the newest one left, 11, but two committed steps are gone.

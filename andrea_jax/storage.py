@@ -1,0 +1,129 @@
+"""Writes that fail for want of room or permission: a full disk, a quota, a read-only directory.
+
+Every write of a run (a checkpoint, a log record, a prepared shard or manifest, a cached corpus, the
+workdir's lock) that fails this way raises :class:`WriteError`: one message that names the file and
+says what is intact and what to do, which the command line prints as one ``error:`` line. Each
+write site makes sure that what it leaves behind is never taken for a finished file (the previous
+checkpoint, manifest or log stays what it was; a partial file is removed or never renamed into
+place), so that the same command, run again once there is room, resumes as if nothing happened.
+
+Two forms of the same failure are recognised, anywhere in an exception's chain:
+
+* an ``OSError`` whose ``errno`` is one of :data:`ERRNOS` (Python's own writes);
+* tensorstore's report of one (orbax writes checkpoint arrays through tensorstore, whose C++ writer
+  raises a ``ValueError`` such as ``RESOURCE_EXHAUSTED: ... Failed writing: "<file>": ... No space
+  left on device [os_error_code='28']``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+from collections.abc import Callable, Iterator
+
+# What makes a write fail for want of room or permission (not a damaged disk: EIO is left alone).
+ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,
+                    errno.EFBIG})
+_TENSORSTORE_CODE = re.compile(r"os_error_code='?(\d+)'?")
+_TENSORSTORE_FILE = re.compile(r'Failed writing: "([^"]+)"')
+
+
+class WriteError(OSError):
+  """A write of the run failed for want of room or permission (see the module docstring).
+
+  ``errno`` and ``filename`` are those of the failed write; ``str()`` is the whole message.
+  """
+
+  def __init__(self, code: int, path: str, message: str):
+    super().__init__(code, os.strerror(code), path)
+    self.message = message
+
+  def __str__(self) -> str:
+    return self.message
+
+
+def failed_write(exc: BaseException) -> tuple[int, str | None] | None:
+  """``(errno, file or None)`` when ``exc`` or an exception in its chain (``__cause__``,
+  ``__context__``) is a write that failed for want of room or permission; ``None`` otherwise.
+
+  Example:
+    >>> failed_write(OSError(errno.ENOSPC, "No space left on device", "/run/metrics.jsonl"))
+    (28, '/run/metrics.jsonl')
+    >>> failed_write(ValueError("bad value")) is None
+    True
+  """
+  seen = set()
+  while exc is not None and id(exc) not in seen:
+    seen.add(id(exc))
+    if isinstance(exc, OSError) and exc.errno in ERRNOS:
+      return exc.errno, None if exc.filename is None else os.fspath(exc.filename)
+    if not isinstance(exc, OSError):
+      text = str(exc)
+      code = _TENSORSTORE_CODE.search(text)
+      if code and int(code.group(1)) in ERRNOS:
+        where = _TENSORSTORE_FILE.search(text)
+        return int(code.group(1)), where.group(1) if where else None
+    exc = exc.__cause__ or exc.__context__
+  return None
+
+
+def write_error(exc: BaseException, path: str, consequence: str) -> WriteError | None:
+  """The :class:`WriteError` for ``exc`` when it is a failed write (see :func:`failed_write`),
+  else ``None``: ``"cannot write <path>: <strerror> (<ERRNO>[, writing <file>]). <consequence>"``,
+  where ``<file>`` is the file the system call named when it is not ``path`` itself."""
+  found = failed_write(exc)
+  if found is None:
+    return None
+  code, where = found
+  detail = errno.errorcode.get(code, str(code))
+  if where and os.path.abspath(where) != os.path.abspath(path):
+    detail += f", writing {where}"
+  return WriteError(code, path, f"cannot write {path}: {os.strerror(code)} ({detail}). "
+                                f"{consequence}")
+
+
+@contextlib.contextmanager
+def writing(path: str, consequence: str | Callable[[], str],
+            cleanup: Callable[[], None] | None = None) -> Iterator[None]:
+  """Turns a failed write inside the block into a :class:`WriteError` about ``path``.
+
+  ``consequence`` (or its result, computed only on failure) ends the message: what is intact and
+  what to do. ``cleanup`` runs first on any exception (remove a partial file); its own errors are
+  ignored. A :class:`WriteError` raised inside (a more precise one) passes through unchanged, and
+  so does every other exception.
+
+  Example:
+    >>> with writing("/run/metrics.jsonl", "the records before are kept"):
+    ...   f.write(line)
+  """
+  try:
+    yield
+  except BaseException as e:
+    if cleanup is not None:
+      with contextlib.suppress(Exception):
+        cleanup()
+    if isinstance(e, WriteError) or failed_write(e) is None:
+      raise
+    raise write_error(e, path, consequence if isinstance(consequence, str)
+                      else consequence()) from e
+
+
+def atomic_write(path: str, content: bytes, consequence: str | Callable[[], str]) -> None:
+  """Writes ``content`` to ``path`` through a temporary file, synced, then renamed into place: a
+  failure (or a kill) leaves the previous ``path`` whole, and no temporary file after a failure
+  (:class:`WriteError` ending with ``consequence``)."""
+  tmp = f"{path}.tmp{os.getpid()}"
+  with writing(path, consequence, cleanup=lambda: os.remove(tmp)):
+    with open(tmp, "wb") as f:
+      f.write(content)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def remove_quietly(path: str) -> None:
+  """Removes the file ``path`` if it is there (a partial file after a failed write)."""
+  with contextlib.suppress(OSError):
+    os.remove(path)
