@@ -154,14 +154,15 @@ def test_the_demos_terrain_runs_within_a_memory_cap(demo_workdir, tmp_path):
   rows = len(saved.run.sources) * saved.config.eval.sequences_per_source
   assert rows == 6 * 8 and batch["inputs"].shape == (rows, 128)   # the demo's evaluation
   whole = terrain_run.heldout_loss_fn(saved.run.model_config, batch)
-  points = 5 * 5
+  side = 9   # a 9 x 9 slice: 81 points of 48 windows each
+  points = side * side
   assert points * budget_lib.point_bytes(whole, saved.params) > DEMO_CAP
 
   out = tmp_path / "basin"
   cmd = [sys.executable, "-m", "andrea_jax.terrain", "--workdir", str(demo_workdir), "--out",
          str(out), "--memory_budget_gib", str(DEMO_BUDGET_GIB), "--sigmas", "0.1",
          "--num_samples", "2", "--hessian_k", "1", "--hessian_iters", "2", "--trace_samples", "1",
-         "--slice_points", "5", "--no-progress_bar"]
+         "--slice_points", str(side), "--no-progress_bar"]
   # The cap is set by the shell that execs the command (ulimit -v: RLIMIT_AS in KiB), not by a
   # preexec_fn forked from this multithreaded process. The programs run hundreds of forward
   # passes at the demo's size: fully optimised, unlike the suite's few-step programs.
@@ -176,7 +177,8 @@ def test_the_demos_terrain_runs_within_a_memory_cap(demo_workdir, tmp_path):
   assert 1 <= report["heldout"]["windows_per_chunk"] < rows
   assert report["chunks"]["memory_budget_bytes"] == 2 ** 26
   assert report["chunks"]["points"] < points
-  assert len(report["slice_2d"]["losses"]) == 5 and None not in report["slice_2d"]["losses"][2]
+  assert len(report["slice_2d"]["losses"]) == side
+  assert None not in report["slice_2d"]["losses"][side // 2]
   # Its loss is the trainer's own held-out loss at step 2 (each source has as many tokens).
   recs = [r for r in logs.read_jsonl(str(demo_workdir / "metrics.jsonl")) if "eval/mean_loss" in r]
   assert report["loss"] == pytest.approx(recs[-1]["eval/mean_loss"], rel=1e-5)
