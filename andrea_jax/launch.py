@@ -9,8 +9,8 @@ first step boundary.
 A second Ctrl-C still stops at once. This module imports nothing heavy, and
 :func:`andrea_jax.main.run` (the console script ``andrea-train`` and ``python -m andrea_jax.main``)
 calls :func:`hold` before anything else, so the handlers are in place within milliseconds of the
-interpreter starting; only the interpreter's own start-up (about 20 ms, before any of the program
-runs) keeps the default action.
+interpreter starting; only the interpreter's own start-up (before any of the program runs) keeps
+the default action.
 """
 
 from __future__ import annotations

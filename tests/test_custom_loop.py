@@ -20,7 +20,7 @@ README_CADENCE = "if t % 20 == 0:"
 
 def readme_loop() -> str:
   text = (REPO / "README.md").read_text()
-  at = text.index("```python\n", text.index("Your own training loop, from the same pieces"))
+  at = text.index("```python\n", text.index("## The trainer as a loop you can copy"))
   code = text[at + len("```python\n"):]
   return code[:code.index("```")]
 

@@ -1,11 +1,11 @@
 r"""The elastic mixer: each source's share in proportion to how fast its loss falls in log-time.
 
-Why (measured in ``bench/compare_mixers.py``): on a capacity- and data-limited model a source's
-loss follows a power law in the tokens it got, ``l_s ~ a_s - b_s ln n_s``, with very different
-*elasticities* ``b_s`` across sources (memorised or unlearnable sources near 0, templated and
-structured ones high). The equal-weight mean loss ``mean_s l_s`` under a fixed mixture ``w``
-(``n_s = w_s B t``) is then smallest at ``w_s`` proportional to ``b_s`` (maximise ``sum_s b_s ln
-w_s`` on the simplex). Under a fixed mixture,
+Why: on a capacity- and data-limited model a source's loss follows a power law in the tokens it
+got, ``l_s ~ a_s - b_s ln n_s``, with very different *elasticities* ``b_s`` across sources
+(memorised or unlearnable sources near 0, templated and structured ones high). The equal-weight
+mean loss ``mean_s l_s`` under a fixed mixture ``w`` (``n_s = w_s B t``) is then smallest at
+``w_s`` proportional to ``b_s`` (maximise ``sum_s b_s ln w_s`` on the simplex). Under a fixed
+mixture,
 
 .. math::
    \frac{d l_s}{d \ln t} = -b_s \quad\text{whatever } w_s,
@@ -34,8 +34,7 @@ float32 for any run length:
 
 and the rate is ``b_s = -C_xy / C_xx`` (unknown while ``C_xx`` is zero). The means are updated
 with Kahan's compensated summation: late in a long run each step moves them by about one float32
-ulp, and plain rounding would bias them (on 200K steps of an exact power law, by 5% of the
-smallest rate; compensated, 0.1%).
+ulp, and plain rounding would bias them, the smallest rates the most.
 
 **Distribution** over the ``K`` allowed sources ``A`` (the region's ceiling above 0), with the
 uniform share ``mu`` (``uniform_mix``) kept for robustness:
