@@ -1,11 +1,11 @@
 r"""The real ANDREA-120M run, 200K steps, in the three versions of the source document.
 
-  python -m andrea_jax.data.prepare --config=experiments/andrea120m.py:v3 --out=/data/andrea
-  python -m andrea_jax.main --config=experiments/andrea120m.py:v3 --workdir=runs/andrea120m_v3 \
-      --config.data.prepared_dir=/data/andrea
+  python -m andrea_jax.data.prepare --config=experiments/andrea120m.py:v3
+  python -m andrea_jax.main --config=experiments/andrea120m.py:v3 --workdir=runs/andrea120m_v3
 
 one process per host (8 GPUs each; see docs/launching.md for several hosts and TPU VMs). The first
-command prepares every source once (on one machine, before the launch), the second trains on it.
+command prepares every source once (on one machine, before the launch, into ``data.cache_dir``:
+shared by the hosts), the second trains on it.
 
 Data (the argument's second part, ``v3:hub`` by default): ``hub`` reads the sources from public
 Hugging Face datasets where one is named with confidence (:data:`andrea_jax.data.andrea_sources.

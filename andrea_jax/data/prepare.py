@@ -3,10 +3,14 @@
 The config file's ``data`` section is :func:`andrea_jax.data.config.data_config`; the work is done by
 :func:`andrea_jax.data.prepare_lib.prepare` (see there for what is guaranteed)::
 
-  python -m andrea_jax.data.prepare --config experiments/tiny.py --out /data/andrea_prepared
+  python -m andrea_jax.data.prepare --config experiments/andrea120m.py:v3
   python -m andrea_jax.data.prepare --config my_config.py --config.data.workers=16 --out DIR
 
-A second run into the same ``--out`` redoes only the sources whose inputs changed.
+Without ``--out`` the files are prepared where a run of the same config reads them (under
+``data.cache_dir``; :func:`andrea_jax.data.config.files_prepared_dir`), so the training command
+needs nothing more: prepare once, ahead of a long run (on several hosts, with a ``data.cache_dir``
+they share). ``--out DIR`` writes elsewhere, for a run given ``data.prepared_dir=DIR`` and no
+``data.files``. A second run into the same directory redoes only the sources whose inputs changed.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from absl import app, flags
 from absl import logging  # noqa: F401  (defines --verbosity, read on failure)
 from ml_collections import config_flags
 
-from andrea_jax.data.config import prepare_from_config, validate_data_config, without_data
+from andrea_jax.data.config import (corpus_name, files_prepared_dir, prepare_from_config,
+                                    validate_data_config, without_data)
 from andrea_jax.data.prepare_lib import PrepareResult, prepare  # re-exported for convenience
 from andrea_jax.data.tokenizers import load_tokenizer
 from andrea_jax.sources import SOURCES
@@ -28,7 +33,7 @@ __all__ = ["PrepareResult", "main", "prepare"]
 
 
 def main(argv: Sequence[str]) -> None:
-  """``python -m andrea_jax.data.prepare --config FILE --out DIR``: prepares the config's data."""
+  """``python -m andrea_jax.data.prepare --config FILE [--out DIR]``: prepares the config's data."""
   del argv
   cfg, out = flags.FLAGS.config, flags.FLAGS.out
   data = cfg.data if "data" in cfg else cfg
@@ -40,6 +45,11 @@ def main(argv: Sequence[str]) -> None:
       print(f"no data configured for {empty}: not prepared (set data.files.<source>.paths, or "
             ".format='hf' with .dataset)", file=sys.stderr)
     tok = load_tokenizer(data.tokenizer)
+    if not out:
+      if corpus_name(data) != "files":
+        raise app.UsageError(f"--out is needed for data.corpus = {data.corpus!r} (a built-in "
+                             "corpus is prepared by the run itself)")
+      out = files_prepared_dir(data, tok, sources)
     result = prepare_from_config(data, tok, out, sources=sources, progress=True)
   # DataError included: the message names file and byte; WriteError: a full disk, naming the file.
   except (ValueError, TypeError, WriteError) as e:
@@ -61,6 +71,7 @@ if __name__ == "__main__":
   # Defined here, not at import, so that importing this module never clashes with a trainer's flags.
   config_flags.DEFINE_config_file("config", None, "config file with a `data` section",
                                   lock_config=True)
-  flags.DEFINE_string("out", None, "directory to write the prepared shards and manifest to")
-  flags.mark_flags_as_required(["config", "out"])
+  flags.DEFINE_string("out", None, "directory to write the prepared shards and manifest to "
+                      "(default: where a run of this config reads them, under data.cache_dir)")
+  flags.mark_flags_as_required(["config"])
   app.run(main)
