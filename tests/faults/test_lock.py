@@ -15,8 +15,8 @@ import pytest
 
 from andrea_jax import plots
 from andrea_jax import workdir as workdir_lib
+from andrea_jax.checkpoint import load_checkpoint
 from andrea_jax.sources import SOURCES
-from andrea_jax.terrain.run import load_checkpoint
 from tests.faults import double_launch, harness
 
 
