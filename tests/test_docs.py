@@ -11,7 +11,7 @@ stand-ins for Hugging Face datasets with the fields of the real ones, read offli
 names. The GPU-sized ANDREA-120M commands run on 8 simulated CPU devices with the model and batch
 shrunk. Commands run elsewhere or not at all are listed in :data:`ELSEWHERE` and :data:`NOT_RUN`
 with the reason. The README's python blocks run in ``tests/test_custom_loop.py`` (the loop) and
-below (sampling from the demo's checkpoint).
+``tests/test_demo.py`` (sampling from the demo's checkpoint), which runs ``make demo``'s command.
 """
 
 import json
@@ -129,7 +129,7 @@ ELSEWHERE = {
     "python -m andrea_jax.terrain --workdir runs/tiny --step 1000":
         "tests/test_terrain_cli.py::test_the_demos_terrain_runs_within_a_memory_cap (the "
         "demo's checkpoint at its own sizes, fewer samples, in a 5 GiB address space)",
-    "make demo": "test_the_demo_trains_and_its_checkpoint_samples (the Makefile's command)",
+    "make demo": "tests/test_demo.py (the Makefile's command, to the demo's first evaluations)",
 }
 NOT_RUN = {
     "make test": "the test suite itself (CI runs it)",
@@ -300,56 +300,3 @@ def test_documented_block_runs(where, commands, tmp_path, data_cache):
     if words[2] == "andrea_jax.main":
       steps = STEPS_120M if any("andrea120m.py" in w for w in words) else STEPS
       assert f"stopped at train.stop_step: {steps} steps" in log, log[-3000:]
-
-
-def _demo_command() -> list[str]:
-  """What ``make demo`` runs (the Makefile's recipe, its variables' defaults filled in)."""
-  text = (REPO / "Makefile").read_text()
-  default = lambda name: re.search(rf"^{name}\s*\?=\s*(\S+)", text, re.M).group(1)
-  recipe = re.search(r"^demo:.*\n\t(.*)", text, re.M).group(1)
-  recipe = recipe.replace("$(PY)", "python").replace(" $(ARGS)", "")
-  for name in ("CONFIG", "WORKDIR"):
-    recipe = recipe.replace(f"$({name})", default(name))
-  return shlex.split(recipe)
-
-
-def readme_sampling() -> str:
-  text = (REPO / "README.md").read_text()
-  code = next(b for b in _blocks(text, "python") if "load_checkpoint" in b)
-  return code
-
-
-# The demo runs to its first evaluation here (the whole run takes minutes on a laptop, too long
-# for the suite): ANDREA's warmup and the firehose, held-out losses, samples, the figure.
-DEMO_STEPS = 250
-
-
-@pytest.mark.slow
-def test_the_demo_trains_and_its_checkpoint_samples(tmp_path, data_cache):
-  """``make demo``'s command, as the README says it runs, to the demo's first evaluation; then the
-  README's sampling block on its checkpoint. The held-out loss is well under the 8 bits per byte
-  of a uniform guess over bytes, and every file the README lists is written."""
-  words = _demo_command()
-  assert words == ["python", "-m", "andrea_jax.main", "--config=experiments/tiny.py",
-                   "--workdir=runs/tiny"]
-  readme = (REPO / "README.md").read_text()
-  assert f"`make demo` runs `{shlex.join(words)}`" in readme
-  work = _workspace(tmp_path)
-  env = {k: v for k, v in _environment(work).items() if k != "JAX_DISABLE_MOST_OPTIMIZATIONS"}
-  log = run_documented(shlex.join(words), work, extra=(f"--config.train.stop_step={DEMO_STEPS}",),
-                       env=env, raw=True, steps=False)
-  assert f"stopped at train.stop_step: {DEMO_STEPS} steps, held-out mean loss" in log, log[-3000:]
-  run = work / "runs" / "tiny"
-  for name in ("metrics.jsonl", "throughput.jsonl", "samples.txt", "summary.png", "config.json"):
-    assert (run / name).stat().st_size > 0, name
-  assert any((run / "tensorboard").iterdir())
-  assert (run / "checkpoints" / str(DEMO_STEPS)).is_dir()
-  evals = [r for r in map(json.loads, (run / "metrics.jsonl").open()) if "eval/mean_bpb" in r]
-  assert evals and evals[-1]["step"] == DEMO_STEPS
-  assert 0 < evals[-1]["eval/mean_bpb"] < 5.0   # uniform over bytes: 8 bits per byte
-  # The README's sampling block, run in the workdir's parent as a user would.
-  code = readme_sampling()
-  out = subprocess.run([sys.executable, "-c", code], cwd=work, env=env, capture_output=True,
-                       text=True, timeout=600)
-  assert out.returncode == 0, out.stderr[-3000:]
-  assert len(out.stdout.strip()) > 10, out.stdout
