@@ -33,7 +33,6 @@ counted), and every error about a row names the dataset, the split and that numb
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -41,7 +40,7 @@ from typing import Any, NamedTuple
 
 import tqdm
 
-from andrea_jax.data import chat, hashing, hfhub
+from andrea_jax.data import chat, hashing, hfhub, readers
 from andrea_jax.data.chat_templates import ChatTemplate, render_chat
 from andrea_jax.data.errors import DataError
 
@@ -152,14 +151,7 @@ def _files(source: str, spec: HubSpec) -> list[str]:
   """The local files a source reads, sorted: its data files, or a saved directory's files (for a
   DatasetDict, those of the split)."""
   if _kind(spec) == "files":
-    files: dict[str, None] = {}
-    for pattern in spec.data_files:
-      matches = sorted(p for p in glob.glob(os.path.expanduser(pattern), recursive=True)
-                       if os.path.isfile(p))
-      if not matches:
-        raise DataError(f"source {source!r}: no file matches {pattern!r}")
-      files.update(dict.fromkeys(matches))
-    return list(files)
+    return readers.expand_patterns(source, spec.data_files)
   if _kind(spec) == "disk":
     root = os.path.expanduser(spec.dataset)
     if os.path.isfile(os.path.join(root, "dataset_dict.json")):

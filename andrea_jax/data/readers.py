@@ -79,8 +79,14 @@ def check_spec(source: str, spec: SourceSpec) -> None:
 
 def resolve_files(source: str, spec: SourceSpec) -> list[str]:
   """The input files of a source: each glob expanded and sorted, in pattern order, no repeats."""
+  return expand_patterns(source, spec.paths)
+
+
+def expand_patterns(source: str, patterns: tuple[str, ...] | list[str]) -> list[str]:
+  """Each glob of ``patterns`` expanded (``~`` and ``**`` too) and sorted, in pattern order, no
+  repeats; a pattern that matches no file is a :class:`DataError` naming it and the source."""
   files: dict[str, None] = {}
-  for pattern in spec.paths:
+  for pattern in patterns:
     matches = sorted(p for p in glob.glob(os.path.expanduser(pattern), recursive=True)
                      if os.path.isfile(p))
     if not matches:
