@@ -171,6 +171,7 @@ _SHORT = cliff.CliffConfig(warmup=500)
 _T = 2500  # steps of every realistic run (one compiled scan)
 
 
+@pytest.mark.slow
 def test_planted_cliff_is_caught_and_attributed_to_repo_docs():
   # repo-docs takes 30%, 50% or 95% of one step's batch and its loss falls to 0.13 (the seed's
   # value).

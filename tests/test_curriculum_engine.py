@@ -205,6 +205,7 @@ def test_wrong_shapes_are_refused_naming_the_shape():
     curriculum.update(spec, state, 0, jnp.ones(16), jnp.ones(15))
 
 
+@pytest.mark.slow
 def test_pivot_discounts_the_bandit():
   runs = {d: _run(_spec(bandit_pivot_discount=d), 240)[2] for d in (1.0, 0.25, 0.0)}
   # The decision of the first firehose phase is the one after which slot 1 holds geometry 1.

@@ -27,6 +27,7 @@ def andrea_200k():
   return spec, sim.simulate(spec, jax.random.key(0), 200_000)
 
 
+@pytest.mark.slow
 def test_andrea_run_respects_every_regime(andrea_200k):
   _, r = andrea_200k
   w = r.weights
@@ -43,6 +44,7 @@ def test_andrea_run_respects_every_regime(andrea_200k):
   assert r.lag_consistent.all()
 
 
+@pytest.mark.slow
 def test_phases_are_uniform_in_7_42_and_never_straddle_a_pivot(andrea_200k):
   spec, r = andrea_200k
   phases = r.phases(spec)
@@ -170,6 +172,7 @@ def test_strategies(strategy):
     assert kinds == {strategy.split("_")[0]}
 
 
+@pytest.mark.slow
 def test_command_line_writes_the_run(tmp_path):
   from experiments import andrea_curriculum as module
   summary = cli.run(module.get_config(), 2000, str(tmp_path), triangle_steps=400)

@@ -72,6 +72,7 @@ def test_eval_chunks_cut_and_pad_by_hand():
       eval_lib.eval_chunks(batch, bad)
 
 
+@pytest.mark.slow
 def test_losses_equal_the_cross_entropy_worked_out_row_by_row(data_cache):
   c = _config()
   run, tokenizer, data, params = _setup(c)

@@ -144,6 +144,7 @@ def test_argument_validation():
   np.testing.assert_array_equal(run(max_new_tokens=0), PROMPT)
 
 
+@pytest.mark.slow
 def test_bad_input_is_named_eagerly_and_never_a_plausible_token_under_jit():
   run = functools.partial(gen.generate, PARAMS, CFG, PROMPT, jax.random.key(0))
   for bad in (np.float32(0.0), -1.0, float("nan"), float("inf")):

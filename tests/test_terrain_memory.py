@@ -66,6 +66,7 @@ def _small_model():
   return cfg, params, batch
 
 
+@pytest.mark.slow
 def test_window_chunks_change_no_value_gradient_or_hvp():
   cfg, params, batch = _small_model()
   whole = terrain_run.heldout_loss_fn(cfg, batch)
@@ -101,6 +102,7 @@ def test_window_chunks_cut_the_memory_of_a_gradient():
   assert chunked < whole / 4   # the activations of 4 rows at a time, not 56
 
 
+@pytest.mark.slow
 def test_windows_per_chunk_fits_the_budget():
   cfg, params, batch = _small_model()
   rows = batch["inputs"].shape[0]
@@ -118,6 +120,7 @@ def test_windows_per_chunk_fits_the_budget():
     terrain_run.windows_per_chunk(cfg, batch, params, 2 * GIB, reserve=2 * GIB)
 
 
+@pytest.mark.slow
 def test_samples_and_points_computed_a_chunk_at_a_time_are_the_same():
   """A sample's (or a point's) value does not depend on the others computed with it: the same
   indices in another order give the same numbers, reordered; chunked calls equal one call."""
@@ -168,6 +171,7 @@ def _assert_same_numbers(a, b, rtol):
   np.testing.assert_allclose(_flat(a), _flat(b), rtol=rtol, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_basin_report_in_chunks_equals_the_report_at_once():
   """One point and one window at a time against everything at once: float32 rounding apart, the
   same numbers (the Lanczos eigenvalues sum their HVPs in another order: a looser tolerance)."""
@@ -212,6 +216,7 @@ def test_chunk_plan_follows_the_budget_and_refuses_what_cannot_fit():
     terrain.chunk_plan(loss_fn, params, memory_budget=20 * num * 4, lanczos_iters=30)
 
 
+@pytest.mark.slow
 def test_an_interrupted_report_keeps_the_parts_it_measured(tmp_path):
   cfg, params, batch = _small_model()
   loss_fn = terrain_run.heldout_loss_fn(cfg, batch)
@@ -232,6 +237,7 @@ def test_an_interrupted_report_keeps_the_parts_it_measured(tmp_path):
   assert on_disk["slice_1d"]["losses"][0] is not None
 
 
+@pytest.mark.slow
 def test_the_progress_bar_counts_every_evaluation(capsys):
   cfg, params, batch = _small_model()
   terrain.basin_report(terrain_run.heldout_loss_fn(cfg, batch), params, jax.random.key(0),

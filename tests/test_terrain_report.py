@@ -23,6 +23,7 @@ def _quadratic():
   return (lambda p: 0.5 * p["kernel"].reshape(-1) @ A_j @ p["kernel"].reshape(-1)), params, A, lam
 
 
+@pytest.mark.slow
 def test_basin_report_numbers_are_the_known_ones_and_the_files_are_written(tmp_path):
   loss_fn, params, A, lam = _quadratic()
   out = tmp_path / "basin" / "step_100"
@@ -51,6 +52,7 @@ def test_basin_report_numbers_are_the_known_ones_and_the_files_are_written(tmp_p
   np.testing.assert_allclose(np.diff(s1, 3), 0.0, atol=1e-4 * np.max(np.abs(s1)))
 
 
+@pytest.mark.slow
 def test_diverged_points_become_null_and_the_report_can_skip_the_hessian():
   def loss_fn(p):
     return jnp.where(jnp.max(jnp.abs(p["k"])) > 5.0, jnp.inf, jnp.sum(p["k"] ** 2))

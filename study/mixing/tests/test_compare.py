@@ -217,6 +217,7 @@ def test_progress_snr_and_recency():
   assert rec["shares"]["spearman"] == pytest.approx(0.5)
 
 
+@pytest.mark.slow
 def test_every_arm_is_a_valid_run_config():
   """Each arm of study/mixing/arms.py validates; the fitted probes' mixtures are a half
   (a quarter, three quarters) the normalised fitted elasticities and the rest uniform, to 0.001

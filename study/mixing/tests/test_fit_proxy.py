@@ -249,6 +249,7 @@ def test_whole_probes_run_to_the_end_and_the_window_is_of_the_steps_run(tmp_path
   np.testing.assert_allclose(out["b"], B, atol=2e-6)
 
 
+@pytest.mark.slow
 def test_schedule_probes_switch_to_uniform_and_fit_after_the_switch(tmp_path):
   """probes="schedule": each probe's mixture for the first half, then 1/16 on every source (even
   if the config file's static_mixture is skewed); the fit reads the steps after the switch only.

@@ -8,6 +8,7 @@ import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
 from study.mixing import influence as inf
 
@@ -94,6 +95,7 @@ def test_split_adam_step_with_clipping_sums_to_optax_clip_then_adam():
     np.testing.assert_allclose(upd["w"].sum(0), want["w"], rtol=2e-5, atol=1e-8)
 
 
+@pytest.mark.slow
 def test_row_grads_average_to_the_batch_gradient():
   # the real model at a toy size; the batch gradient is token_losses' total over all tokens
   from andrea_jax import step as step_lib
@@ -150,6 +152,7 @@ def _dense_gauss_newton(model, params, batch):
   return g / mask.sum(), flat, unravel
 
 
+@pytest.mark.slow
 def test_gauss_newton_product_against_the_dense_matrix():
   model, params, batch = _toy()
   dense, flat, unravel = _dense_gauss_newton(model, params, batch)
@@ -159,6 +162,7 @@ def test_gauss_newton_product_against_the_dense_matrix():
   np.testing.assert_allclose(got, dense @ v, rtol=1e-3, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_influence_solve_against_a_dense_solve():
   model, params, batch = _toy()
   dense, flat, unravel = _dense_gauss_newton(model, params, batch)
@@ -202,6 +206,7 @@ def test_lowrank_forms_are_exact_on_the_whole_space_and_on_a_low_rank_matrixs_ra
                              expect_low, rtol=1e-8)
 
 
+@pytest.mark.slow
 def test_influence_lowrank_with_full_rank_matches_the_conjugate_gradient_solve():
   model, params, batch = _toy()
   batch = dict(batch, source_ids=jnp.asarray([0, 0], jnp.int32))
@@ -217,6 +222,7 @@ def test_influence_lowrank_with_full_rank_matches_the_conjugate_gradient_solve()
   np.testing.assert_allclose(low, exact, rtol=2e-3)
 
 
+@pytest.mark.slow
 def test_influence_against_a_dense_solve_with_gradients_worked_out_alone():
   # b_s = w_s gA^T (G + lam diag(sqrt(v_hat) + eps))^-1 gB, everything formed densely: G from the
   # logits' Jacobian, gA and gB from jax.grad of each row's own mean loss, v_hat from optax's state

@@ -68,6 +68,7 @@ def _dense_expectation(model, params, state, batch, lam, gn_rows):
                    for s, (a, b) in enumerate(((0, 2), (1, 3)))])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gn_rows, source_batch", [(None, None), (2, None), (None, 2)])
 def test_sources_solved_at_once_against_dense_solves(gn_rows, source_batch):
   model, params, state, batch = _four_rows()
