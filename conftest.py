@@ -41,6 +41,12 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 # hand-worked numbers or PyTorch keep their tolerances. Users' runs keep the full optimisation.
 os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
 jax.config.update("jax_disable_most_optimizations", True)
+# XLA's CPU runtime without its Eigen intra-op thread pool, here and in the processes the tests
+# start (read when the backend starts, after this): two test workers already share the 2 cores, and
+# the pool once wedged for good in CI while a worker waited on a small vmapped QR program (a known
+# XLA CPU hang on vmapped graphs; this flag avoids it).
+os.environ["XLA_FLAGS"] = " ".join(
+    [os.environ.get("XLA_FLAGS", ""), "--xla_cpu_multi_thread_eigen=false"]).strip()
 
 hypothesis.settings.register_profile("repeatable", derandomize=True)
 hypothesis.settings.register_profile("explore", derandomize=False)

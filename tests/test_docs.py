@@ -4,8 +4,10 @@ show is run by a test, and none crashes.
 A command is a line of a ```bash block (backslash continuations joined, comments dropped); the
 commands of one block run in order in one scratch directory that holds the repository's
 ``experiments/`` and ``bench/`` (so ``runs/...`` and ``/tmp/...`` paths land there). A training
-command runs as printed with its length cut to :data:`STEPS` steps (``train.stop_step``): the
-demo's own model, batch and data. Where a command reads data the test makes it: the local files
+command runs as printed with its length cut to :data:`STEPS` steps (``train.stop_step``) and
+without the figure and the TensorBoard files (``tests/test_demo.py`` checks those): the demo's own
+model, batch and data. The blocks of docs/ run in ``tests/test_docs_manual.py`` (the test workers
+balance by file). Where a command reads data the test makes it: the local files
 the page names, the files the page's other blocks show (``mymixers.py``, ``fit.json``), and local
 stand-ins for Hugging Face datasets with the fields of the real ones, read offline in place of the
 names. The GPU-sized ANDREA-120M commands run on 8 simulated CPU devices with the model and batch
@@ -81,7 +83,8 @@ def _localise(command: str, work: pathlib.Path, steps: bool = True) -> list[str]
   (work / "tmp").mkdir(exist_ok=True)
   words = [w.replace("/tmp/", f"{work}/tmp/") for w in shlex.split(command)]
   if words[:3] == ["python", "-m", "andrea_jax.main"] and steps:
-    words += [f"--config.train.stop_step={STEPS}", "--config.train.progress_bar=False"]
+    words += [f"--config.train.stop_step={STEPS}", "--config.train.progress_bar=False",
+              "--config.train.plot=False", "--config.train.tensorboard=False"]
   if words[0] == "python":
     words[0] = sys.executable
   return words
@@ -149,10 +152,13 @@ SHRINK_120M = ("--config.model.num_layers=2", "--config.model.d_model=64",
 STEPS_120M = 2
 
 
-def blocks() -> list[tuple[str, list[str]]]:
-  """``(page:block number, commands)`` for every bash block of the pages."""
+FRONT = [REPO / "README.md", REPO / "notebooks" / "README.md"]   # the rest: test_docs_manual.py
+
+
+def blocks(pages: list[pathlib.Path] = DOCS) -> list[tuple[str, list[str]]]:
+  """``(page:block number, commands)`` for every bash block of ``pages``."""
   out = []
-  for page in DOCS:
+  for page in pages:
     for i, block in enumerate(_blocks(page.read_text(), "bash")):
       commands = documented_commands_of(block)
       if commands:
@@ -241,9 +247,9 @@ def _localised_block(commands: list[str], work: pathlib.Path) -> list[tuple[list
       if any(w.endswith(f"dataset={name}") for w in words):
         field = next(w for w in words if w.endswith(f"dataset={name}"))
         source = field.split(".")[-2]
-        flag = lambda f, words=words, source=source: next(
-            (w.split("=", 1)[1] for w in words if w.startswith(f"--config.data.files.{source}.{f}=")),
-            None)
+        prefix = f"--config.data.files.{source}."
+        flag = lambda f, words=words, prefix=prefix: next(
+            (w.split("=", 1)[1] for w in words if w.startswith(f"{prefix}{f}=")), None)
         spec = HubSpec(name, split=split, layout=flag("layout") or "text",
                        filter_field=flag("filter_field") or "", filter_value=flag("filter_value"))
         words[words.index(field)] = f"{field.split('=')[0]}={_hub_stand_in(work, spec)}"
@@ -273,12 +279,17 @@ def _localised_block(commands: list[str], work: pathlib.Path) -> list[tuple[list
 
 
 def _eight_devices(env: dict[str, str]) -> dict[str, str]:
-  return dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+  return dict(env,
+              XLA_FLAGS=os.environ["XLA_FLAGS"] + " --xla_force_host_platform_device_count=8")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("where,commands", blocks(), ids=[w for w, _ in blocks()])
+@pytest.mark.parametrize("where,commands", blocks(FRONT), ids=[w for w, _ in blocks(FRONT)])
 def test_documented_block_runs(where, commands, tmp_path, data_cache):
+  run_block(where, commands, tmp_path)
+
+
+def run_block(where: str, commands: list[str], tmp_path: pathlib.Path) -> None:
   """Every runnable command of one bash block, in order, as the page prints it (changed only as
   the module docstring says): each exits 0 and a training command reaches its last step."""
   if not any(map(_runnable, commands)):

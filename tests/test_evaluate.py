@@ -95,9 +95,10 @@ def test_losses_equal_the_cross_entropy_worked_out_row_by_row(data_cache):
 
 @pytest.mark.slow
 def test_four_devices_each_evaluate_a_quarter_of_the_rows(tmp_path, data_cache):
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4")
-  p = subprocess.run([sys.executable, "-m", "tests.test_evaluate"], cwd=REPO, env=env, capture_output=True, text=True,
-                     timeout=600)
+  env = dict(os.environ, JAX_PLATFORMS="cpu",
+             XLA_FLAGS=os.environ["XLA_FLAGS"] + " --xla_force_host_platform_device_count=4")
+  p = subprocess.run([sys.executable, "-m", "tests.test_evaluate"], cwd=REPO, env=env,
+                     capture_output=True, text=True, timeout=600)
   assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
   report = json.loads(p.stdout.strip().splitlines()[-1])
   c = _config()

@@ -157,7 +157,7 @@ def test_two_processes_equal_one_and_resume_after_both_are_killed(tmp_path, tmp_
   num_steps, first = c.train.num_steps, c.train.checkpoint_every
   workdir = tmp_path / "two"
   env = dict(os.environ, PYTHONUNBUFFERED="1", JAX_PLATFORMS="cpu",
-             XLA_FLAGS="--xla_force_host_platform_device_count=2",
+             XLA_FLAGS=os.environ["XLA_FLAGS"] + " --xla_force_host_platform_device_count=2",
              # The restarted processes reuse the first ones' compilations.
              JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax_cache"))
   procs, refused = _start(c, workdir, env), []

@@ -144,10 +144,12 @@ def test_one_device_mesh_holds_the_whole_batch():
 
 @pytest.mark.slow
 def test_eight_devices_train_like_one_for_every_mesh(tmp_path, tmp_path_factory, data_cache):
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=8",
+  env = dict(os.environ, JAX_PLATFORMS="cpu",
+             XLA_FLAGS=os.environ["XLA_FLAGS"] + " --xla_force_host_platform_device_count=8",
              JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax_cache"))   # the report's init: cached
   # One subprocess per mesh, started first, so their compilations overlap the reference run's.
-  procs = {m: subprocess.Popen([sys.executable, "-m", "tests.test_sharding", str(tmp_path), m], cwd=REPO, env=env,
+  procs = {m: subprocess.Popen([sys.executable, "-m", "tests.test_sharding", str(tmp_path), m],
+                               cwd=REPO, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
            for m in MESHES}
   try:
