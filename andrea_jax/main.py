@@ -46,7 +46,7 @@ def main(argv):
   from andrea_jax import train
   from andrea_jax.checkpoint import CheckpointError
   from andrea_jax.data import DataError
-  from andrea_jax.workdir import WorkdirBusy
+  from andrea_jax.workdir import WorkdirBusy, WorkdirLost
   if _stopped_before_start():
     return
   kept = f"the checkpoints in {_WORKDIR.value} are as they were"
@@ -65,6 +65,8 @@ def main(argv):
                                          early_signals=launch.RECEIVED)
     except (DataError, CheckpointError) as e:
       _fail(e, kept)                   # raised while opening the data or the checkpoints
+    except WorkdirLost as e:           # taken over mid-run: what this run wrote stays
+      _fail(e, f"the checkpoints this run committed in {_WORKDIR.value} are kept")
     except WorkdirBusy as e:           # another run holds the workdir: this one wrote nothing
       _fail(e, f"nothing in {_WORKDIR.value} was changed by this command")
     except OSError as e:               # a full disk, a read-only workdir: the message says more

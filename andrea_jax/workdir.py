@@ -71,6 +71,10 @@ class WorkdirBusy(RuntimeError):
   """Another run holds the workdir (or took it from this one)."""
 
 
+class WorkdirLost(WorkdirBusy):
+  """Another run took the workdir over while this one trained (its heartbeat stalled)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Holder:
   """Who holds a lock: what the lock file says."""
@@ -327,7 +331,7 @@ class WorkdirLock:
   def raise_if_lost(self) -> None:
     """:class:`WorkdirBusy` when another run took the lock over (this run must stop writing)."""
     if self.lost:
-      raise WorkdirBusy(f"this run no longer holds the lock of {os.path.dirname(self.path)} "
+      raise WorkdirLost(f"this run no longer holds the lock of {os.path.dirname(self.path)} "
                         f"({self.lost}; its heartbeat stalled for over {LEASE_S:.0f} s and "
                         "another run took it over): stopping without writing more")
 

@@ -14,6 +14,7 @@ import pytest
 
 from andrea_jax.data import DataError, SourceSpec, load_tokenizer, prepare, readers
 from andrea_jax.data.manifest import token_dtype
+from andrea_jax.sources import SOURCES
 
 SEP = "<|endoftext|>"
 BYTES = load_tokenizer("bytes")
@@ -345,6 +346,21 @@ def test_command_line(inputs, tmp_path):
   assert proc.returncode == 1
   assert re.search(r"^error: .*bad\.jsonl, byte 15: invalid JSON line", proc.stderr, re.M)
   assert "Traceback" not in proc.stderr
+  # Without --out: into the directory a run of the same config opens (under data.cache_dir).
+  cache = tmp_path / "cache"
+  proc = subprocess.run(
+      [sys.executable, "-m", "andrea_jax.data.prepare", f"--config={config}",
+       f"--config.data.cache_dir={cache}"],
+      capture_output=True, text=True, timeout=120,
+      cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  assert proc.returncode == 0, proc.stderr
+  from andrea_jax.config import load_config_file
+  from andrea_jax.data.config import files_prepared_dir
+  c = load_config_file(str(config))
+  c.data.cache_dir = str(cache)
+  where = files_prepared_dir(c.data, BYTES, SOURCES)
+  assert where.startswith(str(cache)) and proc.stdout.startswith(f"{where}: ")
+  assert list(json.loads(open(os.path.join(where, "manifest.json")).read())["sources"]) == ["chat"]
 
 
 def test_concurrent_preparations_take_turns(inputs, tmp_path):

@@ -215,7 +215,7 @@ def test_the_heartbeat_renews_the_lock_and_notices_when_it_is_taken(tmp_path):
   while lock.lost is None:
     assert time.time() < deadline
     time.sleep(0.02)
-  with pytest.raises(workdir_lib.WorkdirBusy, match=r"no longer holds the lock .*process 12345 "
+  with pytest.raises(workdir_lib.WorkdirLost, match=r"no longer holds the lock .*process 12345 "
                                                     r"on host gpu-7"):
     lock.raise_if_lost()
   lock.release()

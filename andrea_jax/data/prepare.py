@@ -49,14 +49,17 @@ def main(argv: Sequence[str]) -> None:
       if corpus_name(data) != "files":
         raise app.UsageError(f"--out is needed for data.corpus = {data.corpus!r} (a built-in "
                              "corpus is prepared by the run itself)")
+      if data.prepared_dir:
+        raise app.UsageError(f"--out is needed with data.prepared_dir = {data.prepared_dir!r} "
+                             "(a run reads that directory as it is)")
       out = files_prepared_dir(data, tok, sources)
     result = prepare_from_config(data, tok, out, sources=sources, progress=True)
   # DataError included: the message names file and byte; WriteError: a full disk, naming the file.
   except (ValueError, TypeError, WriteError) as e:
     if flags.FLAGS["verbosity"].present:
       raise
-    print(f"error: {e}\n(finished sources in {out} are kept; --verbosity=0 shows the traceback)",
-          file=sys.stderr)
+    kept = f"finished sources in {out} are kept; " if out else ""
+    print(f"error: {e}\n({kept}--verbosity=0 shows the traceback)", file=sys.stderr)
     sys.exit(1)
   m = result.manifest
   print(f"{out}: tokenizer {m['tokenizer']['name']}, dtype {m['dtype']}; prepared "
