@@ -15,12 +15,10 @@ parameters and the step, and goes into ``metrics.jsonl`` with the training recor
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
@@ -59,15 +57,16 @@ class Evaluator:
   no more memory than training, and every device computes its share of the rows, not all of them.
   """
 
-  def __init__(self, run, config: ml_collections.ConfigDict, data, tokenizer, key: jax.Array,
-               workdir: str | None = None, *, mesh: Mesh | None = None,
-               vocabulary: frozenset[str] | None = None):
+  def __init__(self, run, data, tokenizer, key: jax.Array, samples_path: str | None = None, *,
+               mesh: Mesh | None = None, vocabulary: frozenset[str] | None = None):
+    """``run``: the :class:`andrea_jax.runconfig.Run`; ``samples_path``: where samples are
+    appended (``None``: nowhere)."""
     self.run_ = run
     self.vocabulary = vocabulary
-    self.cfg = config.eval
+    self.cfg = run.eval
     self.tokenizer = tokenizer
     self.key = key
-    self.samples_path = os.path.join(workdir, "samples.txt") if workdir else None
+    self.samples_path = samples_path
     model = run.step_config.model
     num_sources = len(run.sources)
     parts = []
@@ -75,7 +74,7 @@ class Evaluator:
     for i, name in enumerate(run.sources):
       if name not in run.used_sources:
         continue
-      b = data_lib.eval_batches(data, name, seq_len=config.data.seq_len,
+      b = data_lib.eval_batches(data, name, seq_len=run.data.seq_len,
                                 num_sequences=self.cfg.sequences_per_source)
       b = dict(b, source_ids=np.full((b["inputs"].shape[0],), i, np.int32))
       parts.append(b)
@@ -85,7 +84,7 @@ class Evaluator:
     self.tokens_per_byte = {n: bpb.heldout_tokens_per_byte(data, n, tokenizer)
                             for n in self.eval_sources}
     devices = mesh.devices.size if mesh is not None else 1
-    micro = config.data.global_batch_size // config.optim.grad_accum_steps   # a multiple of devices
+    micro = run.data.micro_batch_size   # a multiple of the devices
     rows = len(self.batch["inputs"])
     # As few chunks as micro-batch-sized ones would need, as even as whole rows per device allow.
     num_chunks = -(-rows // micro)

@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 
 import ml_collections
 
+from andrea_jax import storage
 from andrea_jax.curriculum.config import geometry, source_key
 
 
@@ -143,7 +144,5 @@ def write_mixture_file(path: str | os.PathLike, schedule: Sequence[tuple[float, 
   content = {"sources": list(sources),
              "schedule": [{"start": float(start), **({} if m is None else {"mixture": dict(m)})}
                           for start, m in schedule], **extra}
-  tmp = f"{os.fspath(path)}.tmp"
-  with open(tmp, "w") as f:
-    json.dump(content, f, indent=1)
-  os.replace(tmp, path)
+  storage.atomic_write(os.fspath(path), json.dumps(content, indent=1),
+                       "the mixture file was not written; nothing else changed")

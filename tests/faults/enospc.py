@@ -22,10 +22,10 @@ import errno
 import os
 import re
 
-from andrea_jax import launch
+from andrea_jax import signals
 
 if __name__ == "__main__":
-  launch.hold()   # as the real command does, before the heavy imports
+  signals.hold()   # as the real command does, before the heavy imports
 
 SITES = ("checkpoint", "commit", "seal", "log", "shard", "manifest")
 
