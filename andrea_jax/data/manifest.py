@@ -162,7 +162,8 @@ class ShardWriter:
     name = shard_name(self._source, self._split, len(self._entries), self._suffix)
     return storage.writing(
         os.path.join(self._out_dir, name),
-        f"Nothing of source {self._source!r} changed in the prepared folder: {_AGAIN}",
+        f"Nothing of source {self._source!r} changed in the prepared folder: free some space, "
+        "then run again (it prepares this source again)",
         cleanup=discard)
 
   def _open(self) -> None:
