@@ -15,6 +15,7 @@ from andrea_jax import curriculum, runconfig, train
 from andrea_jax import data as data_lib
 from andrea_jax import evaluate as eval_lib
 from andrea_jax.config import load_config_file
+from tests.test_data_sampler import _find
 from tests.test_hub_run import OVERRIDES, _sentence
 from tests.util import REPO, kill_after_checkpoint, set_fields
 
@@ -93,13 +94,8 @@ def _check_masks_against_the_text(data, batch, sources):
   for b in range(len(batch["inputs"])):
     name = sources[int(batch["source_ids"][b])]
     stream, mask = cache.setdefault(name, _hand_masks(data, name))
-    window = np.concatenate([batch["inputs"][b], batch["targets"][b, -1:]]).astype("<u2")
-    hay = stream.astype("<u2").tobytes()
-    hits, at = [], hay.find(window.tobytes())
-    while at >= 0:
-      if at % 2 == 0:
-        hits.append(at // 2)
-      at = hay.find(window.tobytes(), at + 1)
+    window = np.concatenate([batch["inputs"][b], batch["targets"][b, -1:]])
+    hits = _find(stream.astype(np.uint16), window)
     candidates = {mask[h + 1:h + T + 1].tobytes() for h in hits}
     assert batch["loss_mask"][b].tobytes() in candidates, (name, b)
     unambiguous += len(candidates) == 1

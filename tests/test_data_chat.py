@@ -173,3 +173,21 @@ def test_markers_become_single_ids_of_a_bpe_tokenizer(tmp_path):
   again = ct.add_chat_tokens(tmp_path / "chat.json", ct.CHATML_MARKERS, tmp_path / "again.json")
   assert again.vocab_size == tok.vocab_size and int(again.encode("<|im_end|>")[0]) == end
   assert np.array_equal(again.encode(text), ids)
+
+
+def test_a_closed_loop_of_parents_is_refused_naming_every_message_of_it():
+  n = chat.TreeNode
+  # x <-> y answer each other (no root); z answers y; a real tree a -> b beside them.
+  nodes = [n("a", None, "user", "A"), n("y", "x", "assistant", "Y"), n("b", "a", "assistant", "B"),
+           n("x", "y", "user", "X"), n("z", "y", "user", "Z")]
+  with pytest.raises(chat.TreeError, match=r"messages \['y', 'x'\] answer one another in a "
+                                           r"closed loop") as e:
+    chat.tree_threads(nodes)
+  assert e.value.index == 1   # the loop's first message in row order
+  # A message that answers itself is a loop of one.
+  with pytest.raises(chat.TreeError, match=r"messages \['s'\] answer one another"):
+    chat.tree_threads([n("s", "s", "user", "S")])
+  # Long chains are walked once each, not once per leaf: 20000 messages, one thread.
+  chain = [n("m0", None, "user", "0")] + [n(f"m{i}", f"m{i - 1}", "user", str(i))
+                                          for i in range(1, 20000)]
+  assert [len(t) for t in chat.tree_threads(chain)] == [20000]

@@ -15,6 +15,7 @@ from andrea_jax.data import config as config_lib
 from andrea_jax.data import manifest as mf
 from andrea_jax.data.hub import HubSpec
 from andrea_jax.sources import SOURCES
+from tests.test_data_sampler import _find
 
 datasets = pytest.importorskip("datasets")
 BYTES = load_tokenizer("bytes")
@@ -151,16 +152,6 @@ def masked_data(tmp_path):
   return PreparedData.open(out, tokenizer=BYTES, sources=("chat", "books"))
 
 
-def _locate(stream, window):
-  hay, needle = stream.astype("<u2").tobytes(), np.asarray(window, "<u2").tobytes()
-  hits, at = [], hay.find(needle)
-  while at >= 0:
-    if at % 2 == 0:
-      hits.append(at // 2)
-    at = hay.find(needle, at + 1)
-  return hits
-
-
 def test_batches_carry_each_target_s_mask_as_the_text_says(masked_data):
   data = masked_data
   assert data.masked_sources == ("chat",)
@@ -176,7 +167,7 @@ def test_batches_carry_each_target_s_mask_as_the_text_says(masked_data):
     if batch["source_ids"][b] == 1:   # books: every target counts
       assert batch["loss_mask"][b].all()
       continue
-    hits = _locate(stream, window)
+    hits = _find(stream, window)
     assert hits, b
     # Where the window occurs (maybe more than once): its targets' mask from the text.
     assert any(np.array_equal(batch["loss_mask"][b], hand[h + 1:h + seq + 1]) for h in hits), b
@@ -188,7 +179,7 @@ def test_batches_carry_each_target_s_mask_as_the_text_says(masked_data):
   for b in range(4):
     window = np.concatenate([held["inputs"][b], held["targets"][b, -1:]])
     assert any(np.array_equal(held["loss_mask"][b], eval_hand[h + 1:h + seq + 1])
-               for h in _locate(eval_stream, window))
+               for h in _find(eval_stream, window))
   assert eval_batches(data, "books", seq_len=seq, num_sequences=2)["loss_mask"].all()
 
 
@@ -227,3 +218,16 @@ def test_a_required_source_whose_loss_counts_nothing_is_refused(tmp_path):
   with pytest.raises(DataError, match=r"required source 'chat' was prepared with loss_on "
                                       r"'assistant', and none of its training tokens counts"):
     PreparedData.open(out, tokenizer=BYTES, sources=("chat",))
+
+
+def test_tree_threads_count_their_assistant_turns(tmp_path):
+  from tests.test_data_hub import OASST
+  datasets.Dataset.from_list(OASST).save_to_disk(str(tmp_path / "oasst"))
+  out = str(tmp_path / "out")
+  prepare({"oasst": HubSpec(str(tmp_path / "oasst"), layout="tree", loss_on="assistant",
+                            eval_fraction=0.0)}, BYTES, out, progress=False)
+  entry = mf.read_manifest(out)["sources"]["oasst"]
+  # The threads (p1 a2), (p1 a1 q1), (p2 b1): each assistant reply once, with its <|im_end|>.
+  replies = ["Short waves scatter.", "Rayleigh scattering.", "Salut !"]
+  assert entry["loss_tokens"]["train"] == sum(len(r.encode()) + 10 for r in replies)
+  assert np.array_equal(_read(out, "oasst", "masks"), _hand_mask(_read(out, "oasst", "shards")))
