@@ -39,7 +39,13 @@ Span = tuple[int, int]
 def check_loss_on(loss_on: Any, template: ChatTemplate | None, where: str) -> None:
   """``DataError`` naming ``where`` (``"source 'chat'"``) unless ``loss_on`` is one of
   :data:`LOSS_ON` and ``template`` can make its mask: a conversation layout for anything but
-  ``"all"``, a Jinja template with ``{% generation %}`` blocks for ``"generation"``."""
+  ``"all"``, a Jinja template with ``{% generation %}`` blocks for ``"generation"``.
+
+  Example:
+    >>> check_loss_on("generation", CHATML, "source 'chat'")   # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    DataError: source 'chat': loss_on 'generation' needs a Jinja chat template with ...
+  """
   if loss_on not in LOSS_ON:
     raise DataError(f"{where}: loss_on must be one of {LOSS_ON}, got {loss_on!r}")
   if loss_on != "all" and template is None:
@@ -147,6 +153,10 @@ def encode_masked(tokenizer, docs: Sequence[tuple[str, Sequence[Span]]]
 
   Raises:
     DataError: the tokenizer gives no character offsets (``encode_batch_offsets``).
+
+  Example:
+    >>> encode_masked(load_tokenizer("bytes"), [("héllo", [(1, 2)])])[0][1].tolist()
+    [False, True, True, False, False, False]
   """
   if not hasattr(tokenizer, "encode_batch_offsets"):
     raise DataError(f"tokenizer {tokenizer.name} gives no character offsets "

@@ -36,7 +36,12 @@ LOCK = ".lock"
 
 def source_files(out_dir: str, source: str) -> list[str]:
   """The names of ``source``'s files in ``out_dir``: its token and mask shards
-  (``<source>.<split>.*``) and temporary files (``.<source>.*.tmp*``)."""
+  (``<source>.<split>.*``) and temporary files (``.<source>.*.tmp*``).
+
+  Example:
+    >>> source_files("/tmp/prepared", "chat")
+    ['chat.eval.00000.bin', 'chat.train.00000.bin', 'chat.train.00000.mask.bin']
+  """
   names = []
   for name in os.listdir(out_dir):
     is_shard = name.startswith(f"{source}.") and name.endswith(".bin") and (
@@ -69,6 +74,10 @@ def locked(out_dir: str) -> Iterator[bool]:
 
   A holder that fails may remove the lock file (:func:`undo_creation`); a process that was
   waiting for it then finds its lock on a file no longer there and locks the new one.
+
+  Example:
+    >>> with locked("/tmp/prepared") as created:
+    ...   pass   # only this process changes /tmp/prepared here
   """
   path = os.path.join(out_dir, LOCK)
   try:
@@ -135,7 +144,13 @@ def remove_stale_staging(out_dir: str) -> None:
 @contextlib.contextmanager
 def staging(out_dir: str) -> Iterator[str]:
   """A fresh, empty folder on the output folder's file system, removed on leaving (see the
-  module docstring for where it is)."""
+  module docstring for where it is).
+
+  Example:
+    >>> with staging("/tmp/prepared") as staged:
+    ...   staged                                  # doctest: +SKIP
+    '/tmp/.prepared.staging-4242'
+  """
   parent, prefix = _staging_places(out_dir)
   path = os.path.join(parent, f"{prefix}{os.getpid()}")
   try:
@@ -174,6 +189,11 @@ def commit(out_dir: str, staged: str, source: str, write_listing: Callable[[bool
   ``write_listing(listed)`` writes the manifest with ``source``'s old entry unlisted
   (``listed=False``) or its new one listed (``True``). Files of the sources in ``also_remove``
   (prepared with another tokenizer, now unlisted) are deleted at the same time.
+
+  Example:
+    >>> with staging(out) as staged:
+    ...   entry = write_shards(staged)            # chat.train.00000.bin, ...
+    ...   commit(out, staged, "chat", lambda listed: write_manifest(listed and entry))
   """
   with signals_deferred():
     write_listing(False)   # from here the old shards are referenced by nothing

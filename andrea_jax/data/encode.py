@@ -34,7 +34,13 @@ def _cached_tokenizer(spec: str, fingerprint: str) -> Tokenizer:
 def tokenize_unit(tokenizer: Tokenizer | tuple[str, str], dtype: str,
                   unit: readers.WorkUnit) -> tuple[np.ndarray, np.ndarray]:
   """Reads and tokenizes one work unit: ``(tokens [N] dtype, doc_lengths [D] int64)``, each
-  document as ``[eod] + ids``. Workers get ``(spec, fingerprint)`` and load the tokenizer once."""
+  document as ``[eod] + ids``. Workers get ``(spec, fingerprint)`` and load the tokenizer once.
+
+  Example:
+    >>> unit = readers.work_units("docs.jsonl", SourceSpec(("docs.jsonl",)))[0]
+    >>> tokenize_unit(load_tokenizer("bytes"), "<u2", unit)[1]    # two documents   # doctest: +SKIP
+    array([12, 30])
+  """
   tok = _cached_tokenizer(*tokenizer) if isinstance(tokenizer, tuple) else tokenizer
   at = f"row group {unit.start}" if unit.format == "parquet" else f"bytes {unit.start}.."
   return tokenize_docs(tok, dtype, readers.read_unit(unit),
@@ -76,7 +82,13 @@ def worker_init() -> None:
 
 def ordered_results(call, units: list[readers.WorkUnit],
                     pool: concurrent.futures.Executor | None, window: int):
-  """``call(unit)`` for each unit, in order; at most ``window`` units in flight in the pool."""
+  """``call(unit)`` for each unit, in order; at most ``window`` units in flight in the pool
+  (``None``: in this process).
+
+  Example:
+    >>> list(ordered_results(len, ["ab", "c"], None, 4))
+    [2, 1]
+  """
   if pool is None:
     yield from map(call, units)
     return

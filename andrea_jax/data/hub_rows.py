@@ -24,14 +24,24 @@ Where = Callable[[int], str]   # row number -> "source 'x': dataset 'y', split '
 
 def renderer(template: ChatTemplate | None, loss_on: str) -> Callable[..., Document]:
   """``render(messages, tools=None)``: the document of a conversation, its text alone
-  (``loss_on = "all"``: no spans are looked for) or with its loss spans."""
+  (``loss_on = "all"``: no spans are looked for) or with its loss spans.
+
+  Example:
+    >>> renderer(CHATML, "assistant")([{"role": "assistant", "content": "Yo"}])
+    ('<|im_start|>assistant\nYo<|im_end|>\n', [(22, 34)])
+  """
   if loss_on == "all":
     return lambda messages, tools=None: render_chat(template, messages, tools)
   return lambda messages, tools=None: chat_masks.loss_spans(template, messages, loss_on, tools)
 
 
 def keep(value: Any, spec) -> bool:
-  """Whether a row whose ``spec.filter_field`` holds ``value`` passes the filter."""
+  """Whether a row whose ``spec.filter_field`` holds ``value`` passes the filter.
+
+  Example:
+    >>> keep("fr", HubSpec("ds", filter_field="lang", filter_value=("en", "fr")))
+    True
+  """
   if isinstance(spec.filter_value, (tuple, list)):
     return value in spec.filter_value
   return value == spec.filter_value
@@ -39,7 +49,12 @@ def keep(value: Any, spec) -> bool:
 
 def column(batch: dict[str, list], field: str, n: int) -> list:
   """The values of ``field`` in a batch of ``n`` rows; a streamed JSON batch lacks a key that no
-  row of it has: the same as ``None`` in every row."""
+  row of it has: the same as ``None`` in every row.
+
+  Example:
+    >>> column({"text": ["a", "b"]}, "lang", 2)
+    [None, None]
+  """
   return batch[field] if field in batch else [None] * n
 
 
@@ -70,7 +85,12 @@ def _rows(batch: dict[str, list]) -> int:
 def batch_documents(first: int, batch: dict[str, list], spec, render: Callable[..., Document],
                     where: Where) -> list[Document]:
   """The documents of one batch of rows (layout ``"text"`` or ``"messages"``), row ``first``
-  first; empty texts dropped, a bad row a ``DataError`` naming it."""
+  first; empty texts dropped, a bad row a ``DataError`` naming it.
+
+  Example:
+    >>> batch_documents(0, {"text": ["a", "", "b"]}, HubSpec("ds"), renderer(None, "all"), str)
+    ['a', 'b']
+  """
   n = _rows(batch)
   kept = ([keep(v, spec) for v in column(batch, spec.filter_field, n)] if spec.filter_field
           else [True] * n)
