@@ -45,6 +45,9 @@ def main(argv):
   from andrea_jax import storage
   from andrea_jax import train
   from andrea_jax.checkpoint import CheckpointError
+  from andrea_jax.curriculum import registry
+  from ml_collections import config_flags
+  FLAGS = flags.FLAGS
   from andrea_jax.data import DataError
   from andrea_jax.workdir import WorkdirBusy, WorkdirLost
   if _stopped_before_start():
@@ -55,6 +58,8 @@ def main(argv):
     # recorded from here on is handed to the trainer once its own handlers are in place (never
     # dropped; with several processes passed to the service, so that all stop at the same step).
     try:
+      # --config.curriculum.mixer.name=<mixer> switches the mixer: its section made for it.
+      registry.apply_name_override(_CONFIG.value, config_flags.get_override_values(FLAGS["config"]))
       distributed.maybe_initialize(_CONFIG.value)   # validates the distributed section first
       runconfig.build(_CONFIG.value)   # what train_and_evaluate does first: milliseconds
       train.make_workdir(_WORKDIR.value)

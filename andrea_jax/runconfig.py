@@ -21,6 +21,7 @@ from andrea_jax import optim
 from andrea_jax import sharding
 from andrea_jax import sources as sources_lib
 from andrea_jax import step as step_lib
+from andrea_jax import target_gain as gain_lib
 from andrea_jax.data.config import validate_data_config, without_data
 from andrea_jax.model import ModelConfig, Transformer
 
@@ -219,12 +220,19 @@ def build(config: ml_collections.ConfigDict) -> Run:
   if late:   # e.g. train.num_steps overridden without the start steps laid out for the old length
     warnings.warn(f"curriculum geometries {', '.join(late)} start at or after train.num_steps = "
                   f"{num_steps}: they never come into force", stacklevel=2)
+  target = eval_target(config.eval, sources, tuple(used))
+  gain = gain_lib.from_config(config.target_gain, sources=sources, used=tuple(used),
+                              target=target, eps=config.optim.eps, devices=devices)
+  if config.curriculum.mixer.get("reward") == "target_gain" and gain is None:
+    raise ValueError("curriculum.mixer.reward = 'target_gain' rewards each source by its target "
+                     "gain, which the run does not measure: set target_gain.every > 0 (and "
+                     "eval.target)")
   cliff_cfg = cliff_lib.CliffConfig.from_config(config.cliff)
   step_cfg = step_lib.StepConfig(
       model=Transformer(mcfg), tx=tx, schedule=optim.learning_rate_schedule(config.optim, num_steps),
       curriculum_spec=spec, cliff_cfg=cliff_cfg, num_sources=len(sources), grad_accum_steps=accum,
       max_nonfinite_steps=config.train.max_nonfinite_steps,
-      document_mask=config.train.document_mask)
+      document_mask=config.train.document_mask, target_gain=gain)
   return Run(model_config=mcfg, step_config=step_cfg, curriculum_spec=spec, cliff_cfg=cliff_cfg,
              sources=sources, used_sources=tuple(used), mesh_shape=(data, fsdp),
-             target=eval_target(config.eval, sources, tuple(used)))
+             target=target)

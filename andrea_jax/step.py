@@ -10,12 +10,15 @@ step when it is built. The step does, in order:
 2. the per-source mean loss and token counts, a segment sum over the batch's source ids;
 3. the AdamW update -- skipped, leaving the state untouched, when the loss, the gradient or the new
    weights are not finite;
-4. the curriculum update with the per-source losses (the weights of the batches to come);
-5. the zombie-cliff detector on the same numbers (it may exclude a source from the next phase on).
+4. every ``target_gain.every`` steps, the sources' target gains at the weights the step started
+   from (:mod:`andrea_jax.target_gain`, on the batch's ``probe/`` and ``target/`` rows);
+5. the curriculum update with the per-source losses and gains (the weights of the batches to come);
+6. the zombie-cliff detector on the same numbers (it may exclude a source from the next phase on).
 
 Batches are dicts of arrays: ``inputs``, ``targets``, ``segment_ids``, ``positions`` ``[B, T]`` int32
 and ``source_ids`` ``[B]`` int32 (see :mod:`andrea_jax.data`), and ``loss_mask`` ``[B, T]`` uint8
-when some source of the run counts only some of its tokens (a chat source's ``loss_on``).
+when some source of the run counts only some of its tokens (a chat source's ``loss_on``); a run
+that measures target gains adds the same keys under ``probe/`` and ``target/`` for their rows.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import optax
 
 from andrea_jax import cliff as cliff_lib
 from andrea_jax import curriculum
+from andrea_jax import target_gain as gain_lib
 from andrea_jax.model import Transformer
 
 PyTree = Any
@@ -61,6 +65,7 @@ class StepConfig:
   grad_accum_steps: int = 1
   max_nonfinite_steps: int = 5
   document_mask: bool = True      # attention within each packed document only (see token_losses)
+  target_gain: gain_lib.TargetGain | None = None   # the sources' target gains, measured or not
 
 
 def token_losses(model: Transformer, params: PyTree, batch: Batch,
@@ -162,9 +167,38 @@ def applied_count(opt_state: PyTree, step: jax.Array) -> jax.Array:
   return found[0] if found else step
 
 
+def measure_gains(cfg: StepConfig, state: TrainState, probe: Batch, target: Batch) -> jax.Array:
+  """``[S]`` target gains at ``state``'s weights on the probe and target rows, every
+  ``cfg.target_gain.every`` steps (NaN at the others, computing nothing)."""
+  tg = cfg.target_gain
+  # The per-source losses go through forward mode: XLA attention (cuDNN's kernel has a custom
+  # gradient, which forward mode cannot go through), the same weights and function.
+  plain = Transformer(dataclasses.replace(cfg.model.config, attention_impl="xla"))
+
+  def source_losses(params):
+    loss_BxT, mask_BxT = token_losses(plain, params, probe, cfg.document_mask)
+    loss_S, tokens_S = per_source_sums(loss_BxT, mask_BxT, probe["source_ids"], cfg.num_sources)
+    return loss_S / jnp.maximum(tokens_S, 1.0), tokens_S
+
+  def target_loss(params):
+    loss_BxT, mask_BxT = token_losses(cfg.model, params, target, cfg.document_mask)
+    return loss_BxT.sum() / jnp.maximum(mask_BxT.sum(), 1.0)
+
+  def measure(params, opt_state):
+    p = gain_lib.preconditioner(opt_state, params, tg.eps) if tg.precondition else None
+    return gain_lib.gains(source_losses, target_loss, params, p)
+
+  return jax.lax.cond(state.step % tg.every == 0, measure,
+                      lambda *_: jnp.full((cfg.num_sources,), jnp.nan, jnp.float32),
+                      state.params, state.opt_state)
+
+
 def train_step(cfg: StepConfig, state: TrainState, batch: Batch) -> tuple[TrainState, dict]:
   """One optimizer step; pure. Jit it once with ``donate_argnums`` on the state (see :func:`jit_step`)."""
   step = state.step
+  batch, probe, target = gain_lib.split(batch)
+  gain_S = (measure_gains(cfg, state, probe, target)
+            if cfg.target_gain is not None and probe is not None else None)
   loss, grads, loss_sum_S, tokens_S = loss_and_grads(cfg, state.params, batch)
   grad_norm = optax.tree_utils.tree_norm(grads)
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
@@ -178,7 +212,7 @@ def train_step(cfg: StepConfig, state: TrainState, batch: Batch) -> tuple[TrainS
 
   losses_S = loss_sum_S / jnp.maximum(tokens_S, 1.0)
   cur = curriculum.update(cfg.curriculum_spec, state.curriculum, step, losses_S,
-                          jnp.where(finite, tokens_S, 0.0))
+                          jnp.where(finite, tokens_S, 0.0), gain_S)
   cliff_state, event = cliff_lib.cliff_update(cfg.cliff_cfg, state.cliff, step, loss, losses_S,
                                               jnp.where(finite, tokens_S, 0.0))
   if cfg.cliff_cfg.respond:
@@ -205,6 +239,8 @@ def train_step(cfg: StepConfig, state: TrainState, batch: Batch) -> tuple[TrainS
       "cliff": event,
       "halted_at": halted_at,
   }
+  if gain_S is not None:
+    metrics["target_gain"] = gain_S
   return new_state, metrics
 
 

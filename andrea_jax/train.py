@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import os
 import signal
@@ -48,6 +49,7 @@ from andrea_jax import sharding
 from andrea_jax import sources as sources_lib
 from andrea_jax import step as step_lib
 from andrea_jax import storage
+from andrea_jax import target_gain as gain_lib
 from andrea_jax import workdir as workdir_lib
 from andrea_jax.model import flops_per_token, init_params
 
@@ -226,8 +228,13 @@ def _step_record(run: runconfig.Run, m: dict, weights: np.ndarray) -> dict:
       rec[f"loss/{name}"] = float(m["source_loss"][i])
   for k, v in m["curriculum"].items():
     v = np.asarray(v)
-    if v.ndim == 0:
+    if k == "phase_label":
+      rec["curriculum/phase_label"] = run.curriculum_spec.labels[int(v)]
+    elif v.ndim == 0:
       rec[f"curriculum/{k}"] = v.item()
+  for i, name in enumerate(run.sources):   # measured at this step (every target_gain.every)
+    if "target_gain" in m and np.isfinite(m["target_gain"][i]):
+      rec[f"target_gain/{name}"] = float(m["target_gain"][i])
   ev = m["cliff"]
   if bool(ev.flag):
     rec["cliff/source"] = run.sources[int(ev.source)] if int(ev.source) >= 0 else None
@@ -390,12 +397,25 @@ class _Loop:
     rows its devices hold, slot k of the global batch's P equal slices."""
     rows, sharded = self.config.data.global_batch_size, self.opened.batch_sharding
     lo, hi = sharding.process_rows(sharded, rows)
-    sampler = data_lib.MixtureSampler(
-        self.opened.data, seq_len=self.config.data.seq_len, global_batch_size=rows,
-        seed=self.config.seed, process_index=lo // (hi - lo), process_count=rows // (hi - lo))
-    return data_lib.Prefetcher(
-        lambda t: sharding.global_batch(sampler.batch(t, self.feed.weights(t)), sharded, rows),
-        start_step=self.start, end_step=self.end, depth=max(2, self.config.data.prefetch))
+    slot = dict(process_index=lo // (hi - lo), process_count=rows // (hi - lo))
+    make = functools.partial(data_lib.MixtureSampler, self.opened.data,
+                             seq_len=self.config.data.seq_len)
+    sampler = make(global_batch_size=rows, seed=self.config.seed, **slot)
+    gain = self.run.step_config.target_gain
+    probes = None if gain is None else gain_lib.ProbeBatches(
+        gain, np.asarray(self.run.target), make, self.config.seed, **slot)
+
+    def build(t):
+      batch = sharding.global_batch(sampler.batch(t, self.feed.weights(t)), sharded, rows)
+      if probes is not None:   # the target gain's rows, at a measurement step
+        extra = probes.rows(t)
+        for prefix, n in ((gain_lib.PROBE, gain.probe_rows), (gain_lib.TARGET, gain.target_rows)):
+          batch.update(sharding.global_batch(
+              {k: v for k, v in extra.items() if k.startswith(prefix)}, sharded, n))
+      return batch
+
+    return data_lib.Prefetcher(build, start_step=self.start, end_step=self.end,
+                               depth=max(2, self.config.data.prefetch))
 
   def flush(self) -> None:
     """Reads and logs the pending log step."""

@@ -15,10 +15,9 @@ PACKAGE = REPO / "andrea_jax"
 
 # The layers, lowest first: a module may import its own layer and the layers below, never above.
 LAYERS = (
-    {"sources", "attention", "model", "simplex", "bandit", "heads", "optim", "repetition",
-     "storage"},
+    {"sources", "attention", "model", "simplex", "heads", "optim", "repetition", "storage"},
     {"curriculum", "data", "cliff", "generate", "convert", "sharding", "distributed", "launch",
-     "workdir"},
+     "workdir", "target_gain"},
     {"step"},
     {"runconfig", "config", "checkpoint", "feed", "logs", "plots", "evaluate", "viz"},
     {"train", "ablation", "terrain"},

@@ -16,6 +16,7 @@ import pytest
 
 from andrea_jax import checkpoint as ckpt_lib
 from andrea_jax import config as config_lib
+from andrea_jax import curriculum
 from andrea_jax import logs
 from andrea_jax import runconfig
 from andrea_jax import step as step_lib
@@ -364,9 +365,9 @@ def test_the_same_config_through_json_has_no_change():
   saved = json.loads(json.dumps(c.to_dict()))   # what the checkpoint's meta holds
   assert train.config_changes(saved, c.to_dict()) == []
   assert train.config_changes(None, c.to_dict()) == []
-  c.curriculum.eta = 0.25
+  c.curriculum.mixer.eta = 0.25
   assert train.config_changes(saved, c.to_dict()) == [
-      f"curriculum.eta: {saved['curriculum']['eta']!r} -> 0.25"]
+      f"curriculum.mixer.eta: {saved['curriculum']['mixer']['eta']!r} -> 0.25"]
 
 
 def test_a_cliff_names_its_source_and_offers_the_exclusion():
@@ -395,7 +396,7 @@ def _shared_buffers(state):
 @pytest.mark.parametrize("baseline", ["mixture", "total"])
 def test_every_leaf_of_a_fresh_state_owns_its_buffer(strategy, baseline):
   c = small_run_config(cliff__baseline=baseline, cliff__respond=True)
-  c.curriculum.strategy = strategy
+  curriculum.set_mixer(c, strategy)
   state = train.init_state(runconfig.build(c), train.run_keys(0))
   assert _shared_buffers(state) == []
 
