@@ -72,14 +72,17 @@ def config_changes(saved: dict | None, current: dict) -> list[str]:
 
 def training_data_digest(data) -> str:
   """SHA-256 of what a run trains and evaluates on: the tokenizer's fingerprint and every shard's
-  SHA-256 (the manifest's), per source the run uses. Saved with each checkpoint; a resume on other
-  data warns."""
+  SHA-256 (the manifest's; a loss mask's too), per source the run uses. Saved with each
+  checkpoint; a resume on other data warns."""
   h = hashlib.sha256(data.fingerprint.encode())
   for source in data.required:
     entry = data.manifest.get("sources", {}).get(source, {})
     for split in sorted(entry.get("shards", {})):
       for shard in entry["shards"][split]:
         h.update(f"{source}/{split}/{shard.get('sha256')}".encode())
+    for split in sorted(entry.get("masks", {})):   # a loss mask changes what the run trains on
+      for mask in entry["masks"][split]:
+        h.update(f"{source}/{split}/mask/{mask.get('sha256')}".encode())
   return h.hexdigest()
 
 

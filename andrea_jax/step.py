@@ -16,8 +16,9 @@ step when it is built. The step does, in order:
 6. the zombie-cliff detector on the same numbers (it may exclude a source from the next phase on).
 
 Batches are dicts of arrays: ``inputs``, ``targets``, ``segment_ids``, ``positions`` ``[B, T]`` int32
-and ``source_ids`` ``[B]`` int32 (see :mod:`andrea_jax.data`); a run that measures target gains
-adds the same keys under ``probe/`` and ``target/`` for their rows.
+and ``source_ids`` ``[B]`` int32 (see :mod:`andrea_jax.data`), and ``loss_mask`` ``[B, T]`` uint8
+when some source of the run counts only some of its tokens (a chat source's ``loss_on``); a run
+that measures target gains adds the same keys under ``probe/`` and ``target/`` for their rows.
 """
 
 from __future__ import annotations
@@ -71,17 +72,39 @@ def token_losses(model: Transformer, params: PyTree, batch: Batch,
                  document_mask: bool = True) -> tuple[jax.Array, jax.Array]:
   """Per-token cross-entropy ``[B, T]`` (float32) and the mask of tokens that count ``[B, T]``.
 
-  Tokens whose segment id is 0 (padding) do not count. With ``document_mask`` a token attends only
+  The tokens that count are :func:`loss_weights`'s. With ``document_mask`` a token attends only
   to earlier tokens of its own document (the segment ids); without, to every earlier token of its
   row (plain causal attention, as GPT-2 trained: the fused cuDNN kernel's fastest path).
   """
+  loss_BxT = _cross_entropy(model, params, batch, document_mask)
+  mask_BxT = loss_weights(batch)
+  return loss_BxT * mask_BxT, mask_BxT
+
+
+def loss_weights(batch: Batch) -> jax.Array:
+  """``[B, T]`` float32: 1 for each target the loss counts, 0 for the others; the one place they
+  are decided: ``(segment_ids > 0) * loss_mask``. Padding (segment id 0) never counts, nor, when
+  the batch has a ``loss_mask``, a target its source's ``loss_on`` leaves out (a user's turn).
+
+  Example:
+    >>> loss_weights({"segment_ids": jnp.array([[1, 1, 0]]),
+    ...               "loss_mask": jnp.array([[0, 1, 1]], jnp.uint8)}).tolist()
+    [[0.0, 1.0, 0.0]]
+  """
+  mask_BxT = (batch["segment_ids"] > 0).astype(jnp.float32)
+  if "loss_mask" in batch:   # a key of the run's batches, fixed when the step is traced
+    mask_BxT = mask_BxT * batch["loss_mask"].astype(jnp.float32)
+  return mask_BxT
+
+
+def _cross_entropy(model: Transformer, params: PyTree, batch: Batch,
+                   document_mask: bool) -> jax.Array:
+  """``[B, T]`` float32 cross-entropy of every target, whether it counts or not."""
   segment_ids = batch["segment_ids"] if document_mask else None
   logits_BxTxV = model.apply({"params": params}, batch["inputs"],
                              segment_ids=segment_ids, positions=batch["positions"])
-  loss_BxT = optax.softmax_cross_entropy_with_integer_labels(
+  return optax.softmax_cross_entropy_with_integer_labels(
       logits_BxTxV.astype(jnp.float32), batch["targets"])
-  mask_BxT = (batch["segment_ids"] > 0).astype(jnp.float32)
-  return loss_BxT * mask_BxT, mask_BxT
 
 
 def per_source_sums(loss_BxT: jax.Array, mask_BxT: jax.Array, source_ids_B: jax.Array,
@@ -243,6 +266,23 @@ def jit_step(cfg: StepConfig, state_sharding: PyTree | None = None,
 
 def eval_losses(model: Transformer, params: PyTree, batch: Batch, num_sources: int,
                 document_mask: bool = True):
-  """Per-source summed loss and token count on a (held-out) batch: ``([S], [S])``."""
+  """Per-source summed loss and token count on a (held-out) batch: ``([S], [S])``, over the
+  tokens that count (:func:`token_losses`)."""
   loss_BxT, mask_BxT = token_losses(model, params, batch, document_mask)
   return per_source_sums(loss_BxT, mask_BxT, batch["source_ids"], num_sources)
+
+
+def eval_losses_all_tokens(model: Transformer, params: PyTree, batch: Batch, num_sources: int,
+                           document_mask: bool = True):
+  """:func:`eval_losses`, then the same sums over every token (its ``loss_mask`` ignored), from
+  one forward pass: ``([S], [S], [S], [S])``.
+
+  Example:
+    >>> loss_S, tokens_S, all_loss_S, all_tokens_S = eval_losses_all_tokens(model, params, b, 16)
+    >>> held_out_loss_S = loss_S / jnp.maximum(tokens_S, 1.0)   # the assistant's turns only
+  """
+  loss_BxT = _cross_entropy(model, params, batch, document_mask)
+  counted_BxT = loss_weights(batch)
+  every_BxT = loss_weights({k: v for k, v in batch.items() if k != "loss_mask"})
+  return (*per_source_sums(loss_BxT * counted_BxT, counted_BxT, batch["source_ids"], num_sources),
+          *per_source_sums(loss_BxT * every_BxT, every_BxT, batch["source_ids"], num_sources))
