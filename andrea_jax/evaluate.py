@@ -6,7 +6,7 @@ tokenizers and with character-level results: :mod:`andrea_jax.data.bpb`), their 
 (``eval/mean_loss``, ``eval/mean_bpb``), the loss on the run's target mixture (``eval/target_loss``
 and ``eval/target_bpb``, when ``eval.target`` names one), and greedy and sampled continuations of
 fixed prompts with their repetition and, when the corpus has a vocabulary, the share of their words
-that are words of the corpus (``eval/word_share``: :mod:`andrea_jax.data.wordshare`).
+that are words of the corpus (``eval/word_share``: :mod:`andrea_jax.data.corpora.wordshare`).
 
 For a source whose loss counts only some tokens (a chat source's ``loss_on``), ``eval/loss`` and
 ``eval/bpb`` are over the tokens the loss counts, as training sees them, and the record also holds
@@ -28,7 +28,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from andrea_jax import data as data_lib
 from andrea_jax import repetition
-from andrea_jax.data import bpb, wordshare
+from andrea_jax.data import bpb
 from andrea_jax import sharding
 from andrea_jax import step as step_lib
 from andrea_jax.generate import generate
@@ -199,6 +199,7 @@ class Evaluator:
       rec["eval/greedy_repetition"] = float(np.mean([s["greedy_repetition"] for s in samples]))
       if self.vocabulary is not None:
         texts = [s[mode] for s in samples for mode in ("greedy", "sampled")]
+        from andrea_jax.data.corpora import wordshare   # a corpus that knows its words
         rec["eval/word_share"] = wordshare.word_share(texts, self.vocabulary)
       rec["samples"] = samples
       if self.samples_path and jax.process_index() == 0:

@@ -2,8 +2,9 @@
 
 The trainer receives a :class:`RunDir` from :func:`open_run_dir` and never handles the files
 itself. Opening takes the workdir's lock (:mod:`andrea_jax.workdir`: a second run on it is refused
-before anything is written), refuses a checkpoint saved over other sources, and opens the
-checkpoints; nothing in the workdir changes yet. Once the run knows its start step (the checkpoint
+before anything is written) and refuses a checkpoint saved over other sources; the checkpoints
+open when first asked for (after the data, which may still refuse the run); nothing in the workdir
+changes yet. Once the run knows its start step (the checkpoint
 it resumes from), :meth:`RunDir.begin` writes ``config.json`` (whole or not at all) and rewinds the
 logs an earlier run left to that step (:mod:`andrea_jax.logs`). Closing closes everything, each
 part even if another failed, and releases the lock.
@@ -53,14 +54,23 @@ class RunDir:
   Attributes:
     path: the workdir.
     lock: the lock this run holds (``raise_if_lost()`` stops a run whose lock was taken over).
-    checkpoints: the run's :class:`andrea_jax.checkpoint.Checkpoints`.
+    checkpoints: the run's :class:`andrea_jax.checkpoint.Checkpoints` (opened when first read).
     logger: the run's :class:`andrea_jax.logs.RunLogger` once :meth:`begin` was called.
     samples_path: ``samples.txt``.
   """
   path: str
   lock: workdir_lib.WorkdirLock | workdir_lib._Joined
-  checkpoints: ckpt_lib.Checkpoints
+  keep: int = 3
+  keep_period: int = 0
   logger: logs.RunLogger | None = None
+  _checkpoints: ckpt_lib.Checkpoints | None = None
+
+  @property
+  def checkpoints(self) -> ckpt_lib.Checkpoints:
+    if self._checkpoints is None:
+      self._checkpoints = ckpt_lib.Checkpoints(os.path.join(self.path, "checkpoints"),
+                                               keep=self.keep, keep_period=self.keep_period)
+    return self._checkpoints
 
   @property
   def samples_path(self) -> str:
@@ -80,7 +90,9 @@ class RunDir:
     """Closes the checkpoints (waiting for a save in flight) and the logs, each even if the other
     failed; raises the first failure."""
     failure = None
-    for close in [self.checkpoints.close] + ([self.logger.close] if self.logger else []):
+    closers = (([self._checkpoints.close] if self._checkpoints else [])
+               + ([self.logger.close] if self.logger else []))
+    for close in closers:
       try:
         close()
       except Exception as e:
@@ -104,10 +116,8 @@ def open_run_dir(workdir: str, sources: tuple[str, ...], *, keep: int = 3,
   """
   make_workdir(workdir)
   with workdir_lib.hold(workdir) as lock:   # a second run is refused here, before any write
-    directory = os.path.join(workdir, "checkpoints")
-    resume_lib.check_sources(directory, sources)     # before anything compiles
-    rd = RunDir(path=workdir, lock=lock,
-                checkpoints=ckpt_lib.Checkpoints(directory, keep=keep, keep_period=keep_period))
+    resume_lib.check_sources(os.path.join(workdir, "checkpoints"), sources)   # before compiling
+    rd = RunDir(path=workdir, lock=lock, keep=keep, keep_period=keep_period)
     try:
       yield rd
     except BaseException:

@@ -2,7 +2,7 @@
 and the standard-library corpus built cold and found in its cache.
 
 It also times ``prepare`` of the same Parquet rows through the ``datasets`` library (a
-:class:`~andrea_jax.data.hub.HubSpec` over the file, loaded into a fresh ``datasets`` cache, then
+:class:`~andrea_jax.data.hub.datasets.HubSpec` over the file, loaded into a fresh ``datasets`` cache, then
 streamed) against the direct Parquet reader, as a ratio measured in the same run; the shards must
 come out identical.
 
@@ -26,10 +26,11 @@ import time
 
 import numpy as np
 
-from andrea_jax.data import (MixtureSampler, PreparedData, Prefetcher, builtin_documents,
-                             generate_builtin, load_tokenizer, prepare, train_bpe)
-from andrea_jax.data.corpus import BUILTIN_SHARD_TOKENS, builtin_specs
-from andrea_jax.data.stdlib_corpus import STDLIB_SOURCES, ensure_stdlib
+from andrea_jax.data import (MixtureSampler, PreparedData, Prefetcher, load_tokenizer, prepare,
+                             train_bpe)
+from andrea_jax.data.corpora.synthetic import (BUILTIN_SHARD_TOKENS, builtin_documents,
+                                               builtin_specs, generate_builtin)
+from andrea_jax.data.corpora.stdlib import STDLIB_SOURCES, ensure_stdlib
 from andrea_jax.sources import SOURCES
 
 TARGET_TOKENS_PER_S = 5e6
@@ -65,7 +66,7 @@ def _hub_rows(tmp: str, scale: float, tok) -> list[tuple[str, str, str, str]]:
   import pyarrow.parquet as pq
 
   from andrea_jax.data import SourceSpec
-  from andrea_jax.data.hub import HubSpec
+  from andrea_jax.data.hub.datasets import HubSpec
 
   docs = [d for s in SOURCES for d in builtin_documents(s, scale)]
   path = os.path.join(tmp, "rows.parquet")

@@ -62,6 +62,7 @@ from andrea_jax import runconfig, simplex, train
 from andrea_jax.curriculum import bandit
 from andrea_jax import checkpoint as ckpt_lib
 from andrea_jax import data as data_lib
+from andrea_jax.data.corpora import synthetic
 from andrea_jax import logs
 from andrea_jax.simplex import Region
 from andrea_jax.sources import SOURCES
@@ -370,7 +371,7 @@ def hostile_configs(table: Table, quick: bool) -> None:
 
 def hostile_data(table: Table, root: Path, quick: bool) -> None:
   config = harness.fault_config()
-  prepared = data_lib.ensure_builtin(config.data.cache_dir, data_lib.load_tokenizer("bytes"),
+  prepared = synthetic.ensure_builtin(config.data.cache_dir, data_lib.load_tokenizer("bytes"),
                                      config.data.builtin_scale)
   seeds = 1 if quick else 3
   for i, (case, forge) in enumerate(corrupt.HOSTILE_DATA.items()):
@@ -417,7 +418,7 @@ def numerics(table: Table, root: Path, quick: bool) -> None:
   table.add("project: NaN in -> NaN out (never hidden)", 50, ok)
 
   data = data_lib.PreparedData.open(
-      data_lib.ensure_builtin(harness.fault_config().data.cache_dir,
+      synthetic.ensure_builtin(harness.fault_config().data.cache_dir,
                               data_lib.load_tokenizer("bytes"), 0.25), verify=False)
   sampler = data_lib.MixtureSampler(data, seq_len=32, global_batch_size=16, seed=0)
   bad_values = [np.nan, np.inf, -np.inf, -1e-300, 1e30, -1.0]

@@ -8,7 +8,7 @@ command prepares every source once (on one machine, before the launch, into ``da
 shared by the hosts), the second trains on it.
 
 Data (the argument's second part, ``v3:hub`` by default): ``hub`` reads the sources from public
-Hugging Face datasets where one is named with confidence (:data:`andrea_jax.data.andrea_sources.
+Hugging Face datasets where one is named with confidence (:data:`andrea_jax.data.hub.andrea_sources.
 HUB_SOURCES`: smoltalk, oasst, gutenberg and chat); the other twelve are left for you to point at
 your data (``--config.data.files.<source>.paths=...``, or ``.format=hf`` with ``.dataset=...``),
 and the run refuses to start while any source it samples has no data, naming them all.
@@ -48,7 +48,7 @@ import ml_collections
 
 from andrea_jax import config as config_lib
 from andrea_jax.curriculum import andrea_geometries, geometry
-from andrea_jax.data.andrea_sources import HUB_SOURCES
+from andrea_jax.data.hub.andrea_sources import HUB_SOURCES
 from andrea_jax.model import andrea_120m
 from andrea_jax.sources import source_key
 

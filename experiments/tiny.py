@@ -3,7 +3,7 @@ r"""The main job: a tiny ANDREA on real text, the curriculum's three geometries 
   make demo                       # = python -m andrea_jax.main --config=experiments/tiny.py --workdir=runs/tiny
   python -m andrea_jax.main --config=experiments/tiny.py --workdir=runs/tiny --config.train.stop_step=200
 
-The data is the ``stdlib`` built-in corpus (:mod:`andrea_jax.data.stdlib_corpus`): six sources cut
+The data is the ``stdlib`` built-in corpus (:mod:`andrea_jax.data.corpora.stdlib`): six sources cut
 from the Python standard library of the interpreter that runs it, built in seconds, no download:
 ``python-code``, ``docstrings``, ``reference`` (the language reference), ``notes``, ``licenses``
 and ``noisy-docstrings`` (a corrupted copy of the docstrings). The curriculum is ANDREA's, over
@@ -41,7 +41,7 @@ few seconds; expect ``weights.png`` to show the region's constraints at every st
 
 from andrea_jax import config as config_lib
 from andrea_jax.curriculum import single_geometry, three_regimes
-from andrea_jax.data.stdlib_corpus import STDLIB_SOURCES, STDLIB_TARGET
+from andrea_jax.data.corpora.stdlib import STDLIB_SOURCES, STDLIB_TARGET
 from andrea_jax.sources import source_key
 
 NUM_STEPS = 1000

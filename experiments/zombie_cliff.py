@@ -50,7 +50,7 @@ from andrea_jax.sources import SOURCES
 NUM_STEPS = 300
 PLANT_STEP = 150        # first step whose repo-docs rows carry the memorised passage
 CARRIER = "extra-05"    # the source that carries the passage from step 0 (the model memorises it)
-# The opening words of one of repo-docs' fixed "Notice" passages (andrea_jax.data.styles).
+# The opening words of one of repo-docs' fixed "Notice" passages (andrea_jax.data.corpora.styles).
 PASSAGE = "Tonhoufi they to a up raiwuttro than sundlais louplitvu her is clound it that "
 
 

@@ -76,7 +76,7 @@ def test_an_unknown_variant_is_refused():
 def test_the_real_run_reads_the_verified_datasets_and_names_the_sources_left_to_set(tmp_path):
   """By default the sources with a verified dataset read it (streamed); the run refuses to start
   while the others have no data, naming every one; pointed at data, it validates."""
-  from andrea_jax.data.andrea_sources import HUB_SOURCES
+  from andrea_jax.data.hub.andrea_sources import HUB_SOURCES
   c = _get_config("v3")
   assert c.data.corpus == "files"
   for source, verified in HUB_SOURCES.items():

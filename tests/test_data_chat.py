@@ -5,8 +5,10 @@ import json
 import numpy as np
 import pytest
 
-from andrea_jax.data import DataError, chat, chat_files, train_bpe
-from andrea_jax.data import chat_templates as ct
+from andrea_jax.data import DataError, train_bpe
+from andrea_jax.data.hub import chat
+from andrea_jax.data.hub import template_files as chat_files
+from andrea_jax.data.hub import templates as ct
 
 CHATML_JINJA = (  # the ChatML template of many tokenizer configurations (e.g. Hermes 3, SmolLM2)
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] "

@@ -7,9 +7,11 @@ import os
 
 import pytest
 
-from andrea_jax.data import DataError, chat, chat_files, load_tokenizer, prepare, train_bpe
-from andrea_jax.data import chat_templates as ct
-from andrea_jax.data.hub import HubSpec
+from andrea_jax.data import DataError, load_tokenizer, prepare, train_bpe
+from andrea_jax.data.hub import chat
+from andrea_jax.data.hub import template_files as chat_files
+from andrea_jax.data.hub import templates as ct
+from andrea_jax.data.hub.datasets import HubSpec
 
 transformers = pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")

@@ -4,9 +4,10 @@
 import numpy as np
 import pytest
 
-from andrea_jax.data import DataError, chat, load_tokenizer, train_bpe
-from andrea_jax.data import chat_masks as cm
-from andrea_jax.data import chat_templates as ct
+from andrea_jax.data import DataError, load_tokenizer, train_bpe
+from andrea_jax.data.hub import chat
+from andrea_jax.data.hub import masks as cm
+from andrea_jax.data.hub import templates as ct
 from andrea_jax.data.tokenizers import SentencePieceTokenizer
 
 CONVERSATIONS = [

@@ -12,13 +12,14 @@ import time
 import numpy as np
 import pytest
 
-from andrea_jax.data import (NOISE_SOURCE, PreparedData, builtin_documents, ensure_builtin,
-                             generate_builtin, load_tokenizer, train_bpe)
-from andrea_jax.data.styles import STYLES
+from andrea_jax.data import PreparedData, load_tokenizer, train_bpe
+from andrea_jax.data.corpora.styles import NOISE_SOURCE
+from andrea_jax.data.corpora.synthetic import builtin_documents, ensure_builtin, generate_builtin
+from andrea_jax.data.corpora.styles import STYLES
 from andrea_jax.sources import EXTRA_SOURCES, SOURCES
 
 _DIGEST = ("import hashlib, sys\n"
-           "from andrea_jax.data import builtin_documents\n"
+           "from andrea_jax.data.corpora.synthetic import builtin_documents\n"
            "from andrea_jax.sources import SOURCES\n"
            "h = hashlib.sha256()\n"
            "for s in SOURCES:\n"
@@ -144,7 +145,7 @@ def test_ensure_builtin_caches_by_scale_and_tokenizer(tmp_path):
 
 
 def test_scales_that_print_alike_get_their_own_cache_folders():
-  from andrea_jax.data import corpus
+  from andrea_jax.data.corpora import synthetic as corpus
   # :g keeps six digits: 12.34567 and 12.3457 would share a folder (and one the other's text).
   a, b = corpus.builtin_root("/c", 12.34567), corpus.builtin_root("/c", 12.3457)
   assert a != b and a.endswith("scale12.34567") and b.endswith("scale12.3457")

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from andrea_jax.data.corrupt import ALPHABET, corrupt_text
+from andrea_jax.data.corpora.corrupt import ALPHABET, corrupt_text
 
 
 def edit_distance(a: str, b: str) -> int:

@@ -19,7 +19,7 @@ LIMIT_S = 10.0
 PROBE = r"""
 import json, sys, time
 from andrea_jax.data import DataError, load_tokenizer, prepare
-from andrea_jax.data.hub import HubSpec
+from andrea_jax.data.hub.datasets import HubSpec
 out = {}
 for case, call in [
     ("tokenizer", lambda: load_tokenizer(sys.argv[1])),

@@ -6,9 +6,10 @@ import os
 import numpy as np
 import pytest
 
-from andrea_jax.data import DataError, hub, load_tokenizer, prepare, train_bpe
-from andrea_jax.data import chat_templates as ct
-from andrea_jax.data.hub import HubSpec
+from andrea_jax.data import DataError, load_tokenizer, prepare, train_bpe
+from andrea_jax.data.hub import datasets as hub
+from andrea_jax.data.hub import templates as ct
+from andrea_jax.data.hub.datasets import HubSpec
 from andrea_jax.data.manifest import read_manifest
 
 datasets = pytest.importorskip("datasets")
@@ -369,7 +370,7 @@ def test_missing_datasets_library_says_how_to_install(monkeypatch):
 
 
 def test_andrea_sources_cover_the_seed_sources_once_with_valid_specs():
-  from andrea_jax.data.andrea_sources import HUB_SOURCES, UNVERIFIED
+  from andrea_jax.data.hub.andrea_sources import HUB_SOURCES, UNVERIFIED
   from andrea_jax.sources import SEED_SOURCES
   assert not set(HUB_SOURCES) & set(UNVERIFIED)
   assert set(HUB_SOURCES) | set(UNVERIFIED) == set(SEED_SOURCES)

@@ -13,7 +13,7 @@ from andrea_jax.data import (DataError, MixtureSampler, PreparedData, SourceSpec
                              load_tokenizer, prepare)
 from andrea_jax.data import config as config_lib
 from andrea_jax.data import manifest as mf
-from andrea_jax.data.hub import HubSpec
+from andrea_jax.data.hub.datasets import HubSpec
 from andrea_jax.sources import SOURCES
 from tests.test_data_sampler import _find
 

@@ -11,8 +11,9 @@ import time
 
 import pytest
 
-from andrea_jax.data import DataError, hub, load_tokenizer, prepare
-from andrea_jax.data.hub import HubSpec
+from andrea_jax.data import DataError, load_tokenizer, prepare
+from andrea_jax.data.hub import datasets as hub
+from andrea_jax.data.hub.datasets import HubSpec
 from tests.util import REPO
 
 datasets = pytest.importorskip("datasets")
@@ -134,8 +135,9 @@ def test_an_interrupt_mid_source_keeps_the_finished_sources_and_nothing_of_the_r
 
 KILLED = textwrap.dedent("""
     import sys, time
-    from andrea_jax.data import hub, load_tokenizer, prepare
-    from andrea_jax.data.hub import HubSpec
+    from andrea_jax.data import load_tokenizer, prepare
+    from andrea_jax.data.hub import datasets as hub
+    from andrea_jax.data.hub.datasets import HubSpec
     hub.BATCH_ROWS = 16
     documents = hub.documents
 

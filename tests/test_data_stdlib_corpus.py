@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 
 from andrea_jax.data import PreparedData, load_tokenizer
-from andrea_jax.data import stdlib_corpus as sc
-from andrea_jax.data import stdlib_text as st
+from andrea_jax.data.corpora import stdlib as sc
+from andrea_jax.data.corpora import stdlib_text as st
 from andrea_jax.data.bpb import heldout_tokens_per_byte
-from andrea_jax.data.corrupt import corrupt_text
+from andrea_jax.data.corpora.corrupt import corrupt_text
 from andrea_jax.data.errors import DataError
 from andrea_jax.data.hashing import hash_key
-from andrea_jax.data.wordshare import words
+from andrea_jax.data.corpora.wordshare import words
 from tests.test_data_corrupt import edit_distance
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -304,7 +304,7 @@ def test_packages_join_only_when_asked():
 
 
 _DUMP = ("import sys\n"
-         "from andrea_jax.data.stdlib_corpus import generate_stdlib\n"
+         "from andrea_jax.data.corpora.stdlib import generate_stdlib\n"
          "generate_stdlib(sys.argv[1])\n")
 
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from andrea_jax.data import (ByteTokenizer, DataError, HFTokenizer, SentencePieceTokenizer,
-                             builtin_documents, load_tokenizer, train_bpe)
+                             load_tokenizer, train_bpe)
+from andrea_jax.data.corpora.synthetic import builtin_documents
 
 AWKWARD = [
     "",

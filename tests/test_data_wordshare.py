@@ -8,7 +8,7 @@ import pytest
 
 from andrea_jax.data import PreparedData, SourceSpec, load_tokenizer, prepare, train_bpe
 from andrea_jax.data.bpb import bits_per_byte, heldout_tokens_per_byte, tokens_per_byte
-from andrea_jax.data.wordshare import vocabulary, word_share, words
+from andrea_jax.data.corpora.wordshare import vocabulary, word_share, words
 
 
 def test_words_by_hand():

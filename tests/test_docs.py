@@ -107,7 +107,7 @@ def run_documented(command: str, work: pathlib.Path, extra: tuple[str, ...] = ()
 
 def _files(work: pathlib.Path) -> None:
   """The local files the documented own-data commands read (corpus/...)."""
-  from andrea_jax.data import builtin_documents
+  from andrea_jax.data.corpora.synthetic import builtin_documents
   for name, style in (("code", "repo-docstrings"), ("docs", "gutenberg"),
                       ("reference", "dictionary")):
     folder = work / "corpus" / name
@@ -209,7 +209,7 @@ def _shown_file(name: str) -> str:
 def _hub_stand_in(work: pathlib.Path, spec) -> str:
   """A ``save_to_disk`` dataset with the split and the fields ``spec`` reads (a HubSpec)."""
   datasets = pytest.importorskip("datasets")
-  from andrea_jax.data import builtin_documents
+  from andrea_jax.data.corpora.synthetic import builtin_documents
   text = builtin_documents("chat", scale=0.05)
   pairs = list(zip(text[::2], text[1::2]))
   extra = {spec.filter_field: (spec.filter_value if not isinstance(spec.filter_value, tuple)
@@ -237,8 +237,8 @@ def _localised_block(commands: list[str], work: pathlib.Path) -> list[tuple[list
   """``(words, expected to succeed)`` for each runnable command of a block, the test's changes
   made: Hub names replaced by local stand-ins, the ANDREA-120M run shrunk and its missing sources
   given data (after the command as printed, which refuses to start without them)."""
-  from andrea_jax.data.andrea_sources import HUB_SOURCES
-  from andrea_jax.data.hub import HubSpec
+  from andrea_jax.data.hub.andrea_sources import HUB_SOURCES
+  from andrea_jax.data.hub.datasets import HubSpec
   from andrea_jax.sources import source_key
   out = []
   for command in filter(_runnable, commands):
@@ -266,7 +266,7 @@ def _localised_block(commands: list[str], work: pathlib.Path) -> list[tuple[list
           out.append((words + extra, False))
         missing = work / "corpus" / "missing.txt"
         missing.parent.mkdir(exist_ok=True)
-        from andrea_jax.data import builtin_documents
+        from andrea_jax.data.corpora.synthetic import builtin_documents
         missing.write_text("\n<|endoftext|>\n".join(builtin_documents("gutenberg", scale=0.05)))
         from experiments import andrea120m
         for source in andrea120m.get_config("v3:synthetic").sources:

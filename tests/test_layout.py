@@ -190,8 +190,23 @@ def test_no_raw_config_reads_below_the_command_line(name):
 def test_every_temporary_file_write_goes_through_storage():
   """A file written whole or not at all is ``storage.atomic_write`` or ``storage.AtomicFile``:
   no module renames a temporary file into place itself. (The lock's takeover renames the lock
-  file aside, and the cache renames a finished directory: neither is a file write.)"""
-  allowed = {"storage.py", "workdir.py", "cache.py"}
+  file aside, the cache renames a finished directory, and a prepared source's finished files move
+  from its staging folder: none is a file write.)"""
+  allowed = {"storage.py", "workdir.py", "cache.py", "commit.py"}
   found = [str(p.relative_to(REPO)) for p in PACKAGE.rglob("*.py")
            if p.name not in allowed and re.search(r"os\.(replace|rename)\(", p.read_text())]
   assert not found, found
+
+
+@pytest.mark.slow
+def test_the_trainer_imports_no_hub_code_nor_any_corpus():
+  """``import andrea_jax.train`` (and the command line) loads the data pipeline only: the Hugging
+  Face plug-in (but its one spec class) and the built-in corpora load when a run asks for them."""
+  import subprocess
+  import sys
+  code = ("import sys, andrea_jax.main, andrea_jax.train\n"
+          "print(sorted(m for m in sys.modules if m.startswith(('andrea_jax.data.hub.', "
+          "'andrea_jax.data.corpora', 'datasets', 'jinja2', 'transformers'))))")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                       cwd=REPO)
+  assert out.stdout.strip() == "['andrea_jax.data.hub.spec']", out.stdout

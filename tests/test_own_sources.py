@@ -9,6 +9,7 @@ import pytest
 
 from andrea_jax import checkpoint as ckpt_lib
 from andrea_jax import data as data_lib
+from andrea_jax.data.corpora import synthetic
 from andrea_jax import plots, train
 from andrea_jax.config import load_config_file, with_sources
 from tests.faults import harness
@@ -30,7 +31,7 @@ def _files(tmp_path):
   for name, style in zip(NAMES, ("repo-docstrings", "gutenberg", "dictionary")):
     path = tmp_path / f"{name}.jsonl"
     with open(path, "w") as f:
-      for doc in data_lib.builtin_documents(style, scale=0.05):
+      for doc in synthetic.builtin_documents(style, scale=0.05):
         f.write(json.dumps({"text": doc}) + "\n")
     paths[name] = path
   return paths

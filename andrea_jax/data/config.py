@@ -28,12 +28,11 @@ from typing import Callable, NamedTuple
 import ml_collections
 from ml_collections import config_dict
 
-from andrea_jax.data import hub
 from andrea_jax.data import readers
 from andrea_jax.data.cache import CACHE_ENV, default_cache_dir  # noqa: F401 (re-exported)
 from andrea_jax.data import sampler as sampler_lib
-from andrea_jax.data.corpus import builtin_specs, ensure_builtin, ensure_builtin_raw
 from andrea_jax.data.errors import DataError
+from andrea_jax.data.hub.spec import HubSpec
 from andrea_jax.data.prepare_lib import DEFAULT_SHARD_TOKENS, PrepareResult, prepare
 from andrea_jax.data.shards import PreparedData
 from andrea_jax.data.tokenizers import HUB_PREFIX, Tokenizer
@@ -48,8 +47,8 @@ class BuiltinCorpus(NamedTuple):
 
 
 def _stdlib() -> BuiltinCorpus:
-  # Imported when asked for: python -m andrea_jax.data.stdlib_corpus must not find it imported.
-  from andrea_jax.data import stdlib_corpus as sc
+  # Imported when asked for: python -m andrea_jax.data.corpora.stdlib must not find it imported.
+  from andrea_jax.data.corpora import stdlib as sc
   return BuiltinCorpus(
       sc.STDLIB_SOURCES,
       raw=lambda c: sc.stdlib_specs(sc.ensure_stdlib_raw(c.cache_dir, packages=c.stdlib_packages)),
@@ -58,6 +57,7 @@ def _stdlib() -> BuiltinCorpus:
 
 
 def _synthetic() -> BuiltinCorpus:
+  from andrea_jax.data.corpora.synthetic import builtin_specs, ensure_builtin, ensure_builtin_raw
   return BuiltinCorpus(
       SOURCES, raw=lambda c: builtin_specs(ensure_builtin_raw(c.cache_dir, c.builtin_scale)),
       prepared=lambda c, tok, workers, progress: ensure_builtin(
@@ -95,7 +95,7 @@ def source_files() -> ml_collections.ConfigDict:
   f.messages_field = "messages"  # layout "messages": the list of messages
   f.system_field = ""       # layout "messages": a field holding a system prompt ("" = none)
   # "chatml", "plain", a tokenizer folder (or its tokenizer_config.json), a .jinja or .json
-  # template file, or "hf:<repo>" (see andrea_jax.data.chat_files); "path::name": a named template
+  # template file, or "hf:<repo>" (see andrea_jax.data.hub.template_files); "path::name": a named template
   f.template = "chatml"
   # Which tokens of a conversation the loss counts: "all", "assistant" (the assistant's turns, end-
   # of-turn marker included) or "generation" (a Jinja template's {% generation %} blocks)
@@ -220,13 +220,17 @@ def _check_origin(cfg: ml_collections.ConfigDict, corpus: str, sources: tuple[st
                      "data.files.<source>.paths, or .format='hf' with .dataset")
   for name, spec in specs.items():
     try:
-      (hub.check_hub_spec if isinstance(spec, hub.HubSpec) else readers.check_spec)(name, spec)
+      if isinstance(spec, HubSpec):
+        from andrea_jax.data.hub import datasets   # a Hub source: its checks
+        datasets.check_hub_spec(name, spec)
+      else:
+        readers.check_spec(name, spec)
     except ValueError as e:
       raise ValueError(f"data.files.{source_key(name)}: {e}") from None
 
 
 def _spec(cfg: ml_collections.ConfigDict, f: ml_collections.ConfigDict
-          ) -> readers.SourceSpec | hub.HubSpec:
+          ) -> readers.SourceSpec | HubSpec:
   eval_fraction = float(cfg.eval_fraction if f.eval_fraction is None else f.eval_fraction)
   paths = tuple(p.strip() for p in f.paths.split(",") if p.strip())
   if f.format != "hf" and f.get("loss_on", "all") != "all":
@@ -237,7 +241,7 @@ def _spec(cfg: ml_collections.ConfigDict, f: ml_collections.ConfigDict
     return readers.SourceSpec(paths=paths, format=f.format, text_field=f.text_field,
                               separator=f.separator, eval_fraction=eval_fraction)
   values = [v.strip() for v in str(f.filter_value).split(",") if v.strip()]
-  return hub.HubSpec(
+  return HubSpec(
       dataset=f.dataset, split=f.split, subset=f.subset or None, data_files=paths,
       revision=f.revision or None, layout=f.layout, text_field=f.text_field,
       messages_field=f.messages_field, system_field=f.system_field, template=f.template,
@@ -247,7 +251,7 @@ def _spec(cfg: ml_collections.ConfigDict, f: ml_collections.ConfigDict
 
 
 def source_specs(cfg: ml_collections.ConfigDict, sources: Sequence[str] = SOURCES
-                 ) -> dict[str, readers.SourceSpec | hub.HubSpec]:
+                 ) -> dict[str, readers.SourceSpec | HubSpec]:
   """The spec of every source of ``sources`` whose ``data.files`` entry names data (paths, or a
   dataset under ``format = "hf"``), in the order of ``sources``."""
   specs = {}
@@ -271,13 +275,13 @@ def without_data(cfg: ml_collections.ConfigDict, sources: Sequence[str],
   return [s for s in used if s not in specs]
 
 
-def _digest_fields(spec: readers.SourceSpec | hub.HubSpec) -> dict:
+def _digest_fields(spec: readers.SourceSpec | HubSpec) -> dict:
   """A spec's fields for the prepared folder's digest; the fields added since it was defined
   (``loss_on``, ``tools_field``) only where they differ from their defaults, so that a config
   that does not set them keeps its folder."""
   fields = spec._asdict()
   for name in ("loss_on", "tools_field"):
-    if name in fields and fields[name] == hub.HubSpec._field_defaults[name]:
+    if name in fields and fields[name] == HubSpec._field_defaults[name]:
       del fields[name]
   return fields
 
@@ -350,9 +354,8 @@ def corpus_vocabulary(cfg: ml_collections.ConfigDict) -> frozenset[str] | None:
   against them), or ``None`` for a corpus that records none (the synthetic one, files)."""
   if corpus_name(cfg) != "stdlib" or cfg.prepared_dir:
     return None
-  from andrea_jax.data import stdlib_corpus
-  return stdlib_corpus.read_vocabulary(
-      stdlib_corpus.ensure_stdlib_raw(cfg.cache_dir, packages=cfg.stdlib_packages))
+  from andrea_jax.data.corpora import stdlib
+  return stdlib.read_vocabulary(stdlib.ensure_stdlib_raw(cfg.cache_dir, packages=cfg.stdlib_packages))
 
 
 def check_windows(data: PreparedData, seq_len: int, split: str = "train") -> None:

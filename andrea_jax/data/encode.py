@@ -3,7 +3,7 @@
 :func:`tokenize_docs` encodes documents (and refuses a tokenizer that writes the end-of-document id
 inside text, or ids outside its vocabulary); :func:`tokenize_unit` reads and encodes one work unit
 of a local file, in a worker process or in this one; :func:`tokenize_masked` encodes conversations
-with their loss masks (:mod:`andrea_jax.data.chat_masks`); :func:`ordered_results` runs the units
+with their loss masks (:mod:`andrea_jax.data.hub.masks`); :func:`ordered_results` runs the units
 through a process pool, in order.
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from andrea_jax.data import chat_masks, readers
+from andrea_jax.data import readers
 from andrea_jax.data import manifest as mf
 from andrea_jax.data.errors import DataError
 from andrea_jax.data.tokenizers import Tokenizer, load_tokenizer
@@ -112,7 +112,8 @@ def tokenize_masked(tok: Tokenizer, dtype: str, docs: list[tuple[str, list]],
     >>> tokenize_masked(load_tokenizer("bytes"), "<u2", [("ab", [(1, 2)])], str)[2]
     array([0, 0, 1], dtype=uint8)
   """
-  encoded = chat_masks.encode_masked(tok, docs)
+  from andrea_jax.data.hub import masks   # only for a masked source (a conversation)
+  encoded = masks.encode_masked(tok, docs)
   tokens_N, lengths_D = tokenize_docs(tok, dtype, [text for text, _ in docs], where,
                                       encoded=[ids for ids, _ in encoded])
   zero_1 = np.zeros(1, mf.MASK_DTYPE)

@@ -16,7 +16,7 @@ has at most 65536 ids, else ``uint32``) and one ``manifest.json``::
                                               "sha256": "<hex>"}], "eval": [...]}}}}
 
 A conversation source prepared with a loss mask (``loss_on`` other than ``"all"``,
-:mod:`andrea_jax.data.chat_masks`) also has, beside each token shard, a mask shard
+:mod:`andrea_jax.data.hub.masks`) also has, beside each token shard, a mask shard
 ``<source>.<split>.<k:05d>.mask.bin`` of one byte per token (1: the loss counts the token as a
 target), listed in its entry with its checksum, and the entry says which tokens count::
 
@@ -117,8 +117,8 @@ class ShardWriter:
     self._out_dir, self._source, self._split, self._suffix = out_dir, source, split, suffix
     self._dtype, self._cap = np.dtype(dtype), int(shard_tokens)
     self._entries: list[dict[str, Any]] = []
-    self._file = None
-    self._tmp = self._name = ""
+    self._file: storage.AtomicFile | None = None
+    self._name = ""
     self._count = 0
     self._sha = hashlib.sha256()
 
@@ -145,39 +145,31 @@ class ShardWriter:
     return self._entries
 
   def abandon(self) -> None:
-    """Closes the shard being written without renaming it into place (the caller discards it)."""
+    """Drops the shard being written, never renamed into place (the caller discards the rest)."""
     if self._file is not None:
       f, self._file = self._file, None
-      f.close()
+      f.discard()
+
+  def _consequence(self) -> str:
+    return (f"Nothing of source {self._source!r} changed in the prepared folder: free some space, "
+            "then run again (it prepares this source again)")
 
   def _writing(self):
     """A failed write removes the shard being written (its temporary file)."""
-    def discard():
-      if self._file is not None:
-        f, self._file = self._file, None
-        try:
-          f.close()
-        finally:
-          os.remove(self._tmp)
     name = shard_name(self._source, self._split, len(self._entries), self._suffix)
-    return storage.writing(
-        os.path.join(self._out_dir, name),
-        f"Nothing of source {self._source!r} changed in the prepared folder: free some space, "
-        "then run again (it prepares this source again)",
-        cleanup=discard)
+    return storage.writing(os.path.join(self._out_dir, name), self._consequence(),
+                           cleanup=self.abandon)
 
   def _open(self) -> None:
     self._name = shard_name(self._source, self._split, len(self._entries), self._suffix)
-    self._tmp = os.path.join(self._out_dir, f".{self._name}.tmp{os.getpid()}")
-    self._file = open(self._tmp, "wb")
+    self._file = storage.AtomicFile(
+        os.path.join(self._out_dir, self._name), self._consequence(), "wb",
+        tmp=os.path.join(self._out_dir, f".{self._name}.tmp{os.getpid()}"))
     self._count = 0
     self._sha = hashlib.sha256()
 
   def _finish(self) -> None:
-    self._file.flush()
-    os.fsync(self._file.fileno())
-    self._file.close()
-    self._file = None
-    os.replace(self._tmp, os.path.join(self._out_dir, self._name))
+    f, self._file = self._file, None
+    f.commit()
     self._entries.append({"file": self._name, "tokens": self._count,
                           "sha256": self._sha.hexdigest()})

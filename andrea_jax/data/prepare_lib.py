@@ -1,7 +1,7 @@
 """Tokenize each source into token shards and a manifest (see :mod:`manifest`).
 
 A source is local files (:class:`~andrea_jax.data.readers.SourceSpec`) or a Hugging Face dataset
-(:class:`~andrea_jax.data.hub.HubSpec`, read through the ``datasets`` library in this process).
+(:class:`~andrea_jax.data.hub.datasets.HubSpec`, read through the ``datasets`` library in this process).
 
 The command line is :mod:`andrea_jax.data.prepare`. What :func:`prepare` guarantees:
 
@@ -22,7 +22,7 @@ The command line is :mod:`andrea_jax.data.prepare`. What :func:`prepare` guarant
   ``KeyboardInterrupt``) or a kill leaves the output folder as it was (a source prepared again
   keeps its old shards until then), and the next run redoes that source alone;
 * a conversation source with ``loss_on`` other than ``"all"`` gets a mask shard beside each token
-  shard, one byte per token (:mod:`andrea_jax.data.chat_masks`); the token shards are the same
+  shard, one byte per token (:mod:`andrea_jax.data.hub.masks`); the token shards are the same
   whatever ``loss_on`` is.
 """
 
@@ -38,9 +38,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import tqdm
 
-from andrea_jax.data import (chat_files, chat_masks, chat_templates, commit, encode, hashing,
-                             hub, readers)
+from andrea_jax.data import commit, encode, hashing, readers
 from andrea_jax.data import manifest as mf
+from andrea_jax.data.hub.spec import HubSpec
 from andrea_jax.data.errors import DataError
 from andrea_jax.data.tokenizers import Tokenizer
 from andrea_jax.sources import SOURCES, source_index
@@ -135,10 +135,10 @@ class _Todo(NamedTuple):
   """A source to tokenize: its spec, input record and work units (in document order; none for a
   dataset, which is read in this process), and a dataset's chat template."""
   name: str
-  spec: readers.SourceSpec | hub.HubSpec
+  spec: readers.SourceSpec | HubSpec
   inputs: dict[str, Any]
   units: list[readers.WorkUnit]
-  template: chat_templates.ChatTemplate | None = None
+  template: Any = None          # the source's ChatTemplate (andrea_jax.data.hub.templates)
 
 
 def _file_batches(todo: _Todo, results, progress: bool):
@@ -157,7 +157,7 @@ def _hub_batches(todo: _Todo, tok: Tokenizer, dtype: np.dtype, progress: bool):
   spec = todo.spec
   budget = int(spec.max_tokens) or None
   used = first = 0
-  docs = hub.documents(todo.name, spec, todo.template, progress=progress,
+  docs = _hub().documents(todo.name, spec, todo.template, progress=progress,
                        revision=todo.inputs["dataset"]["revision"])
   try:
     for batch in docs:
@@ -219,7 +219,7 @@ def _write_source(todo: _Todo, batches, tok: Tokenizer, out_dir: str, dtype: np.
   return entry
 
 
-def prepare(sources: Mapping[str, readers.SourceSpec | hub.HubSpec], tokenizer: Tokenizer,
+def prepare(sources: Mapping[str, readers.SourceSpec | HubSpec], tokenizer: Tokenizer,
             out_dir: str, *,
             shard_tokens: int = DEFAULT_SHARD_TOKENS, workers: int = 1, progress: bool = True,
             known_sources: Sequence[str] = SOURCES) -> PrepareResult:
@@ -247,8 +247,8 @@ def prepare(sources: Mapping[str, readers.SourceSpec | hub.HubSpec], tokenizer: 
   """
   order = {s: source_index(s, known_sources) for s in sources}
   for name, spec in sources.items():
-    if isinstance(spec, hub.HubSpec):
-      hub.check_hub_spec(name, spec)
+    if isinstance(spec, HubSpec):
+      _hub().check_hub_spec(name, spec)
     else:
       readers.check_spec(name, spec)
   if int(shard_tokens) < 1:
@@ -268,7 +268,13 @@ def prepare(sources: Mapping[str, readers.SourceSpec | hub.HubSpec], tokenizer: 
       raise
 
 
-def _plan(sources: Mapping[str, readers.SourceSpec | hub.HubSpec], order: dict[str, int],
+def _hub():
+  """The Hub plug-in (:mod:`andrea_jax.data.hub.datasets`), imported when a source is a dataset."""
+  from andrea_jax.data.hub import datasets
+  return datasets
+
+
+def _plan(sources: Mapping[str, readers.SourceSpec | HubSpec], order: dict[str, int],
           tokenizer: Tokenizer, out_dir: str, entries: dict[str, Any], shard_tokens: int,
           workers: int) -> tuple[list[_Todo], list[str]]:
   """``(todo, skipped)``: the sources to prepare, every one of their templates and masks checked
@@ -281,22 +287,15 @@ def _plan(sources: Mapping[str, readers.SourceSpec | hub.HubSpec], order: dict[s
     for name in sorted(sources, key=order.__getitem__):
       spec = sources[name]
       template = None
-      if isinstance(spec, hub.HubSpec):
-        hub.require_datasets()
-        if spec.layout != "text":
-          template = chat_files.load_chat_template(spec.template)
-          chat_templates.check_chat_tokens(tokenizer, template)
-        chat_masks.check_loss_on(spec.loss_on, template, f"source {name!r}")
-        if spec.loss_on != "all" and not hasattr(tokenizer, "encode_batch_offsets"):
-          raise DataError(f"source {name!r}: loss_on {spec.loss_on!r} needs a tokenizer that "
-                          f"gives character offsets; {tokenizer.name} gives none")
-        inputs = hub.input_record(name, spec, template, shard_tokens, READER_VERSION)
+      if isinstance(spec, HubSpec):
+        inputs, template = _hub().plan_source(name, spec, tokenizer, shard_tokens,
+                                              READER_VERSION)
       else:
         files = readers.resolve_files(name, spec)
         inputs = _input_record(spec, files, shard_tokens, hasher)
       if _is_finished(out_dir, entries.get(name), inputs, tokenizer.fingerprint, dtype.itemsize):
         skipped.append(name)
-      elif isinstance(spec, hub.HubSpec):
+      elif isinstance(spec, HubSpec):
         todo.append(_Todo(name, spec, inputs, [], template))
       else:
         todo.append(_Todo(name, spec, inputs, [u for f in files
@@ -304,7 +303,7 @@ def _plan(sources: Mapping[str, readers.SourceSpec | hub.HubSpec], order: dict[s
   return todo, skipped
 
 
-def _prepare_locked(sources: Mapping[str, readers.SourceSpec | hub.HubSpec],
+def _prepare_locked(sources: Mapping[str, readers.SourceSpec | HubSpec],
                     order: dict[str, int],
                     tokenizer: Tokenizer, out_dir: str, shard_tokens: int, workers: int,
                     progress: bool, known_sources: Sequence[str]) -> PrepareResult:
@@ -344,7 +343,7 @@ def _prepare_locked(sources: Mapping[str, readers.SourceSpec | hub.HubSpec],
                              else (tokenizer.spec, tokenizer.fingerprint), dtype.str)
     results = encode.ordered_results(call, [u for t in todo for u in t.units], pool, 2 * workers)
     for t in todo:
-      batches = (_hub_batches(t, tokenizer, dtype, progress) if isinstance(t.spec, hub.HubSpec)
+      batches = (_hub_batches(t, tokenizer, dtype, progress) if isinstance(t.spec, HubSpec)
                  else _file_batches(t, results, progress))
       with commit.staging(out_dir) as staged:
         entry = _write_source(t, batches, tokenizer, staged, dtype, shard_tokens)

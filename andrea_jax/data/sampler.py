@@ -15,7 +15,7 @@ Rows are packed documents: every document starts with the end-of-document id, so
 end-of-document token) give the model its document mask.
 
 When a source of the run has loss masks (a conversation source prepared with ``loss_on`` other than
-``"all"``: :mod:`andrea_jax.data.chat_masks`), every batch of the run also carries ``loss_mask``
+``"all"``: :mod:`andrea_jax.data.hub.masks`), every batch of the run also carries ``loss_mask``
 ``[B, T]`` uint8, the mask of each target (the same window of the mask shard, shifted as the
 targets are; 1 for every target of a source without a mask). A run with no masked source gets
 batches without it, exactly as before masks existed: the step it compiles, its memory and its

@@ -3,7 +3,7 @@
 A tokenizer is named by a string (:func:`load_tokenizer`): ``"bytes"``, a local file, or
 ``"hf:<repo>[@revision]"`` for a tokenizer on the Hugging Face Hub (``tokenizer.json``, else
 ``tokenizer.model``), downloaded once into the Hugging Face cache and read from there afterwards;
-where the Hub cannot be reached the load fails at once (see :mod:`andrea_jax.data.hfhub`).
+where the Hub cannot be reached the load fails at once (see :mod:`andrea_jax.data.hub.files`).
 
 Every tokenizer has ``name``, ``spec`` (the string :func:`load_tokenizer` rebuilds it from),
 ``vocab_size``, ``eod_id`` (the end-of-document id that ``prepare`` puts at the start of every
@@ -12,7 +12,7 @@ checked when training starts), ``encode(str) -> int32 ids``, ``encode_batch(list
 ``decode(ids) -> str``. ``encode`` never emits ``eod_id``: text that happens to spell a special
 token is encoded as ordinary text. The tokenizers here also have ``encode_batch_offsets``: the same
 ids with the ``[start, end)`` characters of the text each one covers, from which the loss masks of
-conversations are made (:mod:`andrea_jax.data.chat_masks`).
+conversations are made (:mod:`andrea_jax.data.hub.masks`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from andrea_jax import storage
 from andrea_jax.data.errors import DataError
 
 BYTE_VOCAB_SIZE = 257
@@ -263,7 +264,7 @@ def load_hub_tokenizer(name: str) -> Tokenizer:
     >>> load_hub_tokenizer("hf:gpt2").vocab_size   # doctest: +SKIP
     50257
   """
-  from andrea_jax.data import hfhub
+  from andrea_jax.data.hub import files as hfhub
 
   repo, revision = hfhub.split_name(name[len(HUB_PREFIX):])
   if not repo:
@@ -339,7 +340,5 @@ def train_bpe(texts_iter: Iterable[str], vocab_size: int, path: str | os.PathLik
   tok.train_from_iterator(texts_iter, trainer)
   path = os.fspath(path)
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  tmp = f"{path}.tmp{os.getpid()}"
-  tok.save(tmp)
-  os.replace(tmp, path)
+  storage.atomic_write(path, tok.to_str(pretty=True), "no tokenizer was written")
   return HFTokenizer(path)

@@ -23,7 +23,7 @@ import numpy as np
 
 from andrea_jax import curriculum
 from andrea_jax.config import load_config_file
-from andrea_jax.data.stdlib_corpus import STDLIB_SOURCES, STDLIB_TARGET
+from andrea_jax.data.corpora.stdlib import STDLIB_SOURCES, STDLIB_TARGET
 
 DEMO = pathlib.Path(__file__).resolve().parents[2] / "experiments" / "tiny.py"
 TARGET = tuple(STDLIB_TARGET)            # docstrings, reference, notes

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from andrea_jax import data as data_lib
+from andrea_jax.data.corpora import synthetic
 from tests.faults import harness
 
 
@@ -29,5 +30,5 @@ def reference(data_cache, xla_cache, tmp_path_factory):
 def prepared(data_cache):
   """The built-in corpus of ``harness.fault_config()``, prepared once in the session's cache."""
   config = harness.fault_config()
-  return data_lib.ensure_builtin(config.data.cache_dir, data_lib.load_tokenizer("bytes"),
+  return synthetic.ensure_builtin(config.data.cache_dir, data_lib.load_tokenizer("bytes"),
                                  config.data.builtin_scale)

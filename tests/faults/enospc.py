@@ -101,18 +101,18 @@ def inject(site: str, at: str):
 
     async_path.write_text = failing_write_text
     return lambda: setattr(async_path, "write_text", write_text)
-  if site == "seal":
-    from andrea_jax import checkpoint
+  if site == "seal":   # written through storage.AtomicFile
+    from andrea_jax import storage
     seal = f"{os.sep}{at}{os.sep}andrea_checksums.json.tmp"
-    return _patch_open(checkpoint, lambda p: (lambda data: True) if p.endswith(seal) else None)
+    return _patch_open(storage, lambda p: (lambda data: True) if p.endswith(seal) else None)
   if site == "log":
     from andrea_jax import logs
     record = re.compile(rf'"step": {int(at)}[,}}]')
     return _patch_open(logs, lambda p: (lambda data: bool(record.search(data)))
                        if p.endswith("metrics.jsonl") else None)
-  if site == "shard":
-    from andrea_jax.data import manifest
-    return _patch_open(manifest, lambda p: (lambda data: True)
+  if site == "shard":   # written through storage.AtomicFile
+    from andrea_jax import storage
+    return _patch_open(storage, lambda p: (lambda data: True)
                        if os.path.basename(p).startswith(f".{at}.train.00000.bin") else None)
   from andrea_jax import storage
   count = [0]

@@ -94,7 +94,7 @@ def test_a_full_disk_while_sealing_leaves_a_whole_checkpoint_that_is_resumed(inj
     ckpts.wait()
   undo()
   assert str(e.value) == (
-      f"cannot write {directory}/2: {FULL[:-1]}, writing {directory}/2/andrea_checksums.json.tmp). "
+      f"cannot write {directory}/2: {FULL[:-1]}, writing {directory}/2/andrea_checksums.json). "
       "The checkpoint at step 2 was written whole but not sealed (it is trusted on orbax's commit "
       "markers): free some space, then run the same command again to resume from it")
   ckpts.close()

@@ -1,6 +1,6 @@
 """Documents of five kinds cut from the Python standard library's files, as pure functions of bytes.
 
-:mod:`andrea_jax.data.stdlib_corpus` makes a corpus of them; this module only reads and cuts.
+:mod:`andrea_jax.data.corpora.stdlib` makes a corpus of them; this module only reads and cuts.
 
 * **code** -- each module's source cut at its top-level ``def`` and ``class`` statements (with their
   decorators and the comments just above them): the module's header (imports, constants) is one

@@ -1,6 +1,6 @@
 """Hugging Face datasets as a source: a Hub name, a ``save_to_disk`` directory, or local data files.
 
-A :class:`HubSpec` names a dataset and the options that select a source's documents from it; it
+A :class:`~andrea_jax.data.hub.spec.HubSpec` names a dataset and the options that select a source's documents from it; it
 is prepared by :func:`andrea_jax.data.prepare_lib.prepare` into the same per-source shards and
 manifest as local files. The dataset is read through the ``datasets`` library (the optional extra
 ``pip install 'andrea_jax[hub]'``):
@@ -14,11 +14,11 @@ manifest as local files. The dataset is read through the ``datasets`` library (t
 * ``layout``: ``"text"`` (the document is the string ``text_field``), ``"messages"`` (a list of
   messages in ``messages_field``, with an optional system prompt in ``system_field`` and the row's
   tool schemas in ``tools_field`` when the dataset has that column, rendered with ``template``;
-  see :mod:`andrea_jax.data.chat_templates`), or ``"tree"`` (one row per message of
+  see :mod:`andrea_jax.data.hub.templates`), or ``"tree"`` (one row per message of
   OpenAssistant-style trees: every root-to-leaf thread is a document; the split is read whole
   before its first thread, and a thread is kept when all its messages pass the filter).
 * ``loss_on``: which tokens of a conversation the loss counts: ``"all"``, ``"assistant"`` or
-  ``"generation"`` (:mod:`andrea_jax.data.chat_masks`); anything but ``"all"`` yields each document
+  ``"generation"`` (:mod:`andrea_jax.data.hub.masks`); anything but ``"all"`` yields each document
   with the character spans that count, from which the preparation makes a token mask.
 * ``filter_field`` / ``filter_value``: keep the rows whose field equals the value (or one of a
   tuple of values), so that one dataset can feed several sources.
@@ -40,13 +40,17 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import tqdm
 
-from andrea_jax.data import chat_masks, hashing, hfhub, hub_rows, readers
-from andrea_jax.data.chat_templates import ChatTemplate
+from andrea_jax.data import hashing, readers
 from andrea_jax.data.errors import DataError
+from andrea_jax.data.hub import files as hfhub
+from andrea_jax.data.hub import masks as chat_masks
+from andrea_jax.data.hub import rows as hub_rows
+from andrea_jax.data.hub.spec import HubSpec
+from andrea_jax.data.hub.templates import ChatTemplate
 
 LAYOUTS = ("text", "messages", "tree")
 BUILDERS = ("json", "parquet", "csv", "text", "arrow")
@@ -59,33 +63,6 @@ BATCH_ROWS = 1000   # rows read from the dataset at a time
 HUB_VERSION = 2
 
 
-class HubSpec(NamedTuple):
-  """A source read through the ``datasets`` library (see the module docstring for each option).
-
-  Example:
-    >>> HubSpec("HuggingFaceTB/smoltalk", subset="all", layout="messages")   # doctest: +ELLIPSIS
-    HubSpec(dataset='HuggingFaceTB/smoltalk', split='train', subset='all', ...)
-  """
-  dataset: str
-  split: str = "train"
-  subset: str | None = None
-  data_files: tuple[str, ...] = ()
-  revision: str | None = None
-  layout: str = "text"
-  text_field: str = "text"
-  messages_field: str = "messages"
-  system_field: str = ""
-  template: str = "chatml"
-  filter_field: str = ""
-  filter_value: Any = None
-  streaming: bool = False
-  max_tokens: int = 0
-  eval_fraction: float = 0.01
-  format: str = "hf"
-  loss_on: str = "all"
-  tools_field: str = "tools"
-
-
 def require_datasets():
   """The ``datasets`` module, or an ``ImportError`` saying how to install it."""
   try:
@@ -94,6 +71,25 @@ def require_datasets():
     raise ImportError("reading Hugging Face datasets needs the `datasets` library: "
                       "pip install 'andrea_jax[hub]'") from e
   return datasets
+
+
+def plan_source(name: str, spec: HubSpec, tokenizer, shard_tokens: int, reader_version: int
+                ) -> tuple[dict, ChatTemplate | None]:
+  """``(inputs record, chat template or None)`` of a Hub source about to be prepared, every check
+  made first: the ``datasets`` library, the template and its special tokens, ``loss_on`` against
+  the template and the tokenizer (a mask needs character offsets)."""
+  from andrea_jax.data.hub import template_files
+  from andrea_jax.data.hub.templates import check_chat_tokens
+  require_datasets()
+  template = None
+  if spec.layout != "text":
+    template = template_files.load_chat_template(spec.template)
+    check_chat_tokens(tokenizer, template)
+  chat_masks.check_loss_on(spec.loss_on, template, f"source {name!r}")
+  if spec.loss_on != "all" and not hasattr(tokenizer, "encode_batch_offsets"):
+    raise DataError(f"source {name!r}: loss_on {spec.loss_on!r} needs a tokenizer that "
+                    f"gives character offsets; {tokenizer.name} gives none")
+  return input_record(name, spec, template, shard_tokens, reader_version), template
 
 
 def _kind(spec: HubSpec) -> str:
@@ -291,7 +287,7 @@ def documents(source: str, spec: HubSpec, template: ChatTemplate | None, *,
               ) -> Iterator[list[hub_rows.Document]]:
   """The documents of a source, in dataset order, in lists of at most :data:`BATCH_ROWS`: texts,
   or ``(text, spans)`` when ``spec.loss_on`` is not ``"all"`` (the character spans the loss
-  counts: :func:`andrea_jax.data.chat_masks.loss_spans`).
+  counts: :func:`andrea_jax.data.hub.masks.loss_spans`).
 
   Empty texts are dropped; every other problem with a row raises ``DataError`` naming the dataset,
   the split and the row. Close the generator to stop reading early (a token budget).

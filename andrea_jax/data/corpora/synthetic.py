@@ -4,7 +4,7 @@ This is not real data and not the source document's data: it is text generated f
 (numpy ``PCG64``, integer arithmetic only, see :mod:`textgen`), identical on every machine, so that
 a laptop can train the tiny model and a curriculum has something to find. The ten names of the
 source document and the six neutral ``extra-XX`` names are kept; the styles differ on purpose (see
-:mod:`andrea_jax.data.styles`): templated and easy (``dictionary``, ``repo-docstrings``, ...),
+:mod:`andrea_jax.data.corpora.styles`): templated and easy (``dictionary``, ``repo-docstrings``, ...),
 prose-like (the ``hermes3-*``, ``chat``, ``smoltalk``, ``oasst``, ``gutenberg`` sources),
 memorisable repeated passages (``repo-docs``, the "zombie cliff") and pure noise (``extra-06``,
 random printable ASCII). No download, no dependence on hash randomisation or on the platform.
@@ -20,11 +20,12 @@ from __future__ import annotations
 import json
 import os
 
+from andrea_jax import storage
 from andrea_jax.data import readers
 from andrea_jax.data.cache import build_once
 from andrea_jax.data.prepare_lib import prepare
-from andrea_jax.data.styles import STYLES
-from andrea_jax.data.textgen import Stream
+from andrea_jax.data.corpora.styles import STYLES
+from andrea_jax.data.corpora.textgen import Stream
 from andrea_jax.data.tokenizers import Tokenizer
 from andrea_jax.sources import SOURCES, source_index
 
@@ -64,10 +65,7 @@ def generate_builtin(out_dir: str, scale: float = 1.0) -> dict[str, str]:
   for source in SOURCES:
     path = os.path.join(out_dir, f"{source}.jsonl")
     lines = [json.dumps({"text": d}, ensure_ascii=False) for d in builtin_documents(source, scale)]
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-      f.write("\n".join(lines) + "\n")
-    os.replace(tmp, path)
+    storage.atomic_write(path, "\n".join(lines) + "\n", "the corpus is rebuilt on the next run")
     paths[source] = path
   return paths
 

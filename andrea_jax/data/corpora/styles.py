@@ -1,4 +1,4 @@
-"""The sixteen document styles of the synthetic built-in corpus (see :mod:`andrea_jax.data.corpus`).
+"""The sixteen document styles of the synthetic built-in corpus (see :mod:`andrea_jax.data.corpora.synthetic`).
 
 Each style is ``make(stream, target_chars) -> list[str]`` (documents). They differ on purpose so
 that a curriculum has something to find:
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from andrea_jax.data.textgen import (Chain, SentencePool, Stream, fill, make_chain, make_words,
+from andrea_jax.data.corpora.textgen import (Chain, SentencePool, Stream, fill, make_chain, make_words,
                                      roman)
 
 FUNCTION_WORDS = (

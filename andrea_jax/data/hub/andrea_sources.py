@@ -12,7 +12,7 @@ tested without network): field names and shapes are as the pages state them. Run
 small ``max_tokens`` before a long preparation.
 
 Example:
-  >>> from andrea_jax.data.andrea_sources import HUB_SOURCES
+  >>> from andrea_jax.data.hub.andrea_sources import HUB_SOURCES
   >>> HUB_SOURCES["smoltalk"].spec.dataset
   'HuggingFaceTB/smoltalk'
 """
@@ -21,14 +21,14 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from andrea_jax.data.hub import HubSpec
+from andrea_jax.data.hub.spec import HubSpec
 
 
 class VerifiedSource(NamedTuple):
   """A source's dataset, how its rows look, and where that was read.
 
   Attributes:
-    spec: the :class:`~andrea_jax.data.hub.HubSpec` that reads it (add ``max_tokens`` as needed).
+    spec: the :class:`~andrea_jax.data.hub.datasets.HubSpec` that reads it (add ``max_tokens`` as needed).
     shape: the fields a row holds that the spec reads, and their values.
     evidence: the pages (URLs) the name, split and fields were checked against.
     notes: what a user should know before training on it.

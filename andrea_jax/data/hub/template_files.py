@@ -10,7 +10,7 @@
 * that folder's ``tokenizer_config.json``;
 * a ``.jinja`` or ``.json`` template file, the special tokens taken from the
   ``tokenizer_config.json`` beside it;
-* ``hf:<repo>[@revision]``, the same files of a Hub model, cached (:mod:`andrea_jax.data.hfhub`:
+* ``hf:<repo>[@revision]``, the same files of a Hub model, cached (:mod:`andrea_jax.data.hub.files`:
   it fails at once offline, as tokenizers do).
 
 The special tokens a template reads (``bos_token``, ``eos_token``, ...) come from the tokenizer's
@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from andrea_jax.data.chat_templates import (CHATML, PLAIN, TEMPLATE_TOKENS, ChatTemplate,
+from andrea_jax.data.hub.templates import (CHATML, PLAIN, TEMPLATE_TOKENS, ChatTemplate,
                                             template_variables)
 from andrea_jax.data.errors import DataError
 
@@ -126,7 +126,7 @@ def _folder_files(folder: str) -> dict[str, Any]:
 
 def _hub_files(repo_spec: str, name: str, spec: str) -> dict[str, Any]:
   """The same files of a Hub repository, each fetched (and cached) when the repository has it."""
-  from andrea_jax.data import hfhub
+  from andrea_jax.data.hub import files as hfhub
   repo, revision = hfhub.split_name(repo_spec)
   if not repo:
     raise DataError(f"chat template {spec!r}: no repository after 'hf:'")
@@ -234,7 +234,7 @@ def load_chat_template(spec: str) -> ChatTemplate:
     must not read ``bos_token``, ``eos_token``, ... (its markers are then the ``<|...|>`` strings
     in it);
   * ``"hf:<repo>[@revision]"``: the same files of a Hub model (cached; fails at once offline,
-    see :mod:`andrea_jax.data.hfhub`).
+    see :mod:`andrea_jax.data.hub.files`).
 
   Example:
     >>> load_chat_template("chatml").markers

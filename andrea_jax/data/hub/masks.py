@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from andrea_jax.data.chat import ConversationError, Message
-from andrea_jax.data.chat_templates import (PLAIN_LABELS, ChatTemplate, render_chat,
+from andrea_jax.data.hub.chat import ConversationError, Message
+from andrea_jax.data.hub.templates import (PLAIN_LABELS, ChatTemplate, render_chat,
                                             render_generation_spans)
 from andrea_jax.data.errors import DataError
 

@@ -1,7 +1,7 @@
-"""Chat templates: how a conversation (:mod:`andrea_jax.data.chat`) becomes one document's text.
+"""Chat templates: how a conversation (:mod:`andrea_jax.data.hub.chat`) becomes one document's text.
 
 * :func:`render_chat` with a :class:`ChatTemplate`
-  (:func:`andrea_jax.data.chat_files.load_chat_template`): ``"chatml"``
+  (:func:`andrea_jax.data.hub.template_files.load_chat_template`): ``"chatml"``
   (the default: ``<|im_start|>{role}\n{content}<|im_end|>\n`` per message), ``"plain"``
   (``User: ...``, ``Assistant: ...`` paragraphs), or a Jinja chat template, rendered as
   ``transformers``' ``apply_chat_template`` does: sandboxed Jinja with ``trim_blocks`` /
@@ -13,7 +13,7 @@
   undefined, so a template that prints today's date uses its own fixed default and the prepared
   data stays the same from day to day.
   Where a Jinja template is read from (a tokenizer folder, a template file, the Hub) is
-  :mod:`andrea_jax.data.chat_files`.
+  :mod:`andrea_jax.data.hub.template_files`.
 * :func:`render_generation_spans` -- the text with the character spans of the template's
   ``{% generation %}`` blocks, as ``return_assistant_tokens_mask`` finds them.
 * :func:`check_chat_tokens`, :func:`add_chat_tokens` -- with a BPE tokenizer each marker of the
@@ -35,7 +35,8 @@ import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from andrea_jax.data.chat import ConversationError, Message
+from andrea_jax import storage
+from andrea_jax.data.hub.chat import ConversationError, Message
 from andrea_jax.data.errors import DataError
 from andrea_jax.data.tokenizers import HFTokenizer, Tokenizer
 
@@ -52,7 +53,7 @@ _TRACKER: contextvars.ContextVar = contextvars.ContextVar("generation_spans", de
 
 
 class ChatTemplate(NamedTuple):
-  """How conversations become text (see :func:`andrea_jax.data.chat_files.load_chat_template`).
+  """How conversations become text (see :func:`andrea_jax.data.hub.template_files.load_chat_template`).
 
   Attributes:
     name: ``"chatml"``, ``"plain"`` or ``"jinja:<where it came from>"``.
@@ -257,7 +258,7 @@ def check_chat_tokens(tokenizer: Tokenizer, template: ChatTemplate) -> None:
       raise DataError(
           f"tokenizer {tokenizer.name} splits the chat marker {marker!r} of template "
           f"{template.name} into {len(ids)} ids; add the template's markers to it as single "
-          "tokens: andrea_jax.data.chat_templates.add_chat_tokens(tokenizer_json, "
+          "tokens: andrea_jax.data.hub.templates.add_chat_tokens(tokenizer_json, "
           f"{list(template.markers)}, out_json), and use out_json as the tokenizer")
 
 
@@ -283,8 +284,6 @@ def add_chat_tokens(path: str | os.PathLike, markers: Sequence[str],
   tok.add_tokens(new)
   out_path = os.fspath(out_path)
   os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
-  tmp = f"{out_path}.tmp{os.getpid()}"
-  tok.save(tmp)
-  os.replace(tmp, out_path)
+  storage.atomic_write(out_path, tok.to_str(pretty=True), "no tokenizer was written")
   # The library matches the new tokens only once the file is read again (checked in the tests).
   return HFTokenizer(out_path)

@@ -2,7 +2,7 @@
 
 Every Python installation carries its standard library: code, docstrings, the reference pages of
 ``help()``, a few notes and license texts. :func:`stdlib_documents` cuts them into documents (see
-:mod:`andrea_jax.data.stdlib_text` for how), one source per kind of text:
+:mod:`andrea_jax.data.corpora.stdlib_text` for how), one source per kind of text:
 
 ==================== ===================================================================
 ``python-code``      the modules' code, one document per top-level definition (docstrings
@@ -14,7 +14,7 @@ Every Python installation carries its standard library: code, docstrings, the re
                      memorisable near-duplicates (this corpus's "zombie cliff")
 ``noisy-docstrings`` a corrupted copy of the ``docstrings`` training documents: about
                      :data:`NOISE_RATE` of the characters replaced, deleted or given an
-                     extra one (:func:`andrea_jax.data.corrupt.corrupt_text`): the low-
+                     extra one (:func:`andrea_jax.data.corpora.corrupt.corrupt_text`): the low-
                      quality near-duplicate real corpora hold
 ==================== ===================================================================
 
@@ -53,14 +53,16 @@ import sysconfig
 import types
 from collections.abc import Mapping, Sequence
 
-from andrea_jax.data import readers, stdlib_text
+from andrea_jax import storage
+from andrea_jax.data import readers
+from andrea_jax.data.corpora import stdlib_text
 from andrea_jax.data.cache import build_once
-from andrea_jax.data.corrupt import corrupt_text
+from andrea_jax.data.corpora.corrupt import corrupt_text
 from andrea_jax.data.errors import DataError
 from andrea_jax.data.hashing import hash_key
 from andrea_jax.data.prepare_lib import eval_mask, prepare
 from andrea_jax.data.tokenizers import Tokenizer
-from andrea_jax.data.wordshare import vocabulary
+from andrea_jax.data.corpora.wordshare import vocabulary
 
 STDLIB_SOURCES: tuple[str, ...] = ("python-code", "docstrings", "reference", "notes", "licenses",
                                    "noisy-docstrings")
@@ -214,10 +216,7 @@ def inputs_digest(inputs: Sequence[tuple[str, bytes]]) -> str:
 
 
 def _write_atomic(path: str, text: str) -> None:
-  tmp = f"{path}.tmp{os.getpid()}"
-  with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-    f.write(text)
-  os.replace(tmp, path)
+  storage.atomic_write(path, text, "the corpus is rebuilt on the next run")
 
 
 def _write(out_dir: str, inputs: Sequence[tuple[str, bytes]], packages: bool,
@@ -314,13 +313,13 @@ def ensure_stdlib(cache_dir: str, tokenizer: Tokenizer, stdlib_dir: str | None =
 
 def read_vocabulary(raw_dir: str) -> frozenset[str]:
   """The corpus's vocabulary written by :func:`generate_stdlib` (for
-  :func:`andrea_jax.data.wordshare.word_share`)."""
+  :func:`andrea_jax.data.corpora.wordshare.word_share`)."""
   with open(os.path.join(raw_dir, VOCABULARY_FILE), encoding="utf-8") as f:
     return frozenset(f.read().split("\n")) - {""}
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-  """``python -m andrea_jax.data.stdlib_corpus [--cache-dir D] [--packages]``: builds (or finds)
+  """``python -m andrea_jax.data.corpora.stdlib [--cache-dir D] [--packages]``: builds (or finds)
   the corpus, prepared with the byte tokenizer, and prints a table of its sources."""
   from andrea_jax.data.cache import default_cache_dir
   from andrea_jax.data.manifest import read_manifest

@@ -1,7 +1,7 @@
 """Conversations from the Hub's row shapes: message lists and OpenAssistant message trees.
 
 A conversation is a list of messages ``{"role", "content", ...}`` (roles :data:`ROLES`); a template
-of :mod:`andrea_jax.data.chat_templates` renders it as one document. Pure functions:
+of :mod:`andrea_jax.data.hub.templates` renders it as one document. Pure functions:
 
 * :func:`normalize_messages` -- a row's list of messages in either shape the Hub uses: ``role`` /
   ``content`` (SmolTalk, OpenAI) or ``from`` / ``value`` (ShareGPT, Hermes 3; ``human`` -> user,
@@ -17,7 +17,7 @@ of :mod:`andrea_jax.data.chat_templates` renders it as one document. Pure functi
   parents close a loop (no root above them) are refused.
 
 Bad input raises :class:`ConversationError` saying what is wrong with the conversation; the
-reader (:mod:`andrea_jax.data.hub`) adds the dataset, the split and the row.
+reader (:mod:`andrea_jax.data.hub.datasets`) adds the dataset, the split and the row.
 """
 from __future__ import annotations
 

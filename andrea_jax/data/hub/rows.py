@@ -1,10 +1,10 @@
 """A dataset's rows as documents: texts, and conversations rendered with their loss spans.
 
-:mod:`andrea_jax.data.hub` reads the rows in batches of columns; the functions here turn one
+:mod:`andrea_jax.data.hub.datasets` reads the rows in batches of columns; the functions here turn one
 batch (``layout`` ``"text"`` or ``"messages"``) or a whole split (``"tree"``) into documents, in
 row order, and name the row of every problem. A document is its text, or, when the source's
 ``loss_on`` is not ``"all"``, ``(text, spans)`` with the character spans the loss counts
-(:mod:`andrea_jax.data.chat_masks`).
+(:mod:`andrea_jax.data.hub.masks`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from andrea_jax.data import chat, chat_masks
-from andrea_jax.data.chat_templates import ChatTemplate, render_chat
+from andrea_jax.data.hub import chat
+from andrea_jax.data.hub import masks as chat_masks
+from andrea_jax.data.hub.templates import ChatTemplate, render_chat
 from andrea_jax.data.errors import DataError
 
 TREE_FIELDS = ("message_id", "parent_id", "role")
