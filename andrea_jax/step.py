@@ -178,31 +178,42 @@ def applied_count(opt_state: PyTree, step: jax.Array) -> jax.Array:
   return found[0] if found else step
 
 
-def train_step(cfg: StepConfig, state: TrainState, batch: Batch) -> tuple[TrainState, dict]:
-  """One optimizer step; pure. Jit it once with ``donate_argnums`` on the state (see :func:`jit_step`)."""
-  step = state.step
-  loss, grads, loss_sum_S, tokens_S = loss_and_grads(cfg, state.params, batch)
+def apply_gradients(cfg: StepConfig, params: PyTree, opt_state: PyTree, grads: PyTree,
+                    loss: jax.Array) -> tuple[PyTree, PyTree, jax.Array, jax.Array]:
+  """The update of one step: ``(params, opt_state, grad_norm, finite)``.
+
+  ``grad_norm = ||grads||`` over every leaf; ``cfg.tx`` (clipping, AdamW) applied to the mean
+  gradient ``grads``; ``finite`` = the loss, the norm and the new weights are all finite. When it is
+  False the step is skipped: ``params`` and ``opt_state`` come back as they were (so a NaN never
+  reaches the weights or the moments, and a schedule in ``opt_state`` does not advance).
+  """
   grad_norm = optax.tree_utils.tree_norm(grads)
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-
   if cfg.lean_update:
     # The norm just computed is the clipping's too (andrea_jax.optim.clip_by_global_norm reads it;
     # a transformation without the argument ignores it).
-    updates, opt_state = optax.with_extra_args_support(cfg.tx).update(
-        grads, state.opt_state, state.params, grad_norm=grad_norm)
+    updates, new_opt_state = optax.with_extra_args_support(cfg.tx).update(
+        grads, opt_state, params, grad_norm=grad_norm)
   else:
-    updates, opt_state = cfg.tx.update(grads, state.opt_state, state.params)
-  params = optax.apply_updates(state.params, updates)
+    updates, new_opt_state = cfg.tx.update(grads, opt_state, params)
+  new_params = optax.apply_updates(params, updates)
   # A finite gradient can still give a non-finite update (a rate or a weight decay that overflows
   # a finite weight, or any other optimizer's arithmetic), and whether it did cannot be known
   # before the new weights are: no bound on the old state decides it exactly. So the new weights
   # are read once more, and the select below follows that read (with the state donated, deciding
   # before the update would let it be written in place, but would skip some finite steps or keep
   # some non-finite ones).
-  finite = finite & all_finite(params)
-  # A non-finite step changes nothing: the NaN never reaches the weights or the moments.
+  finite = finite & all_finite(new_params)
   keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
-  params, opt_state = keep(params, state.params), keep(opt_state, state.opt_state)
+  return keep(new_params, params), keep(new_opt_state, opt_state), grad_norm, finite
+
+
+def train_step(cfg: StepConfig, state: TrainState, batch: Batch) -> tuple[TrainState, dict]:
+  """One optimizer step; pure. Jit it once with ``donate_argnums`` on the state (see :func:`jit_step`)."""
+  step = state.step
+  loss, grads, loss_sum_S, tokens_S = loss_and_grads(cfg, state.params, batch)
+  params, opt_state, grad_norm, finite = apply_gradients(cfg, state.params, state.opt_state,
+                                                         grads, loss)
 
   losses_S = loss_sum_S / jnp.maximum(tokens_S, 1.0)
   cur = curriculum.update(cfg.curriculum_spec, state.curriculum, step, losses_S,
