@@ -16,7 +16,7 @@ PACKAGE = REPO / "andrea_jax"
 # The layers, lowest first: a module may import its own layer and the layers below, never above.
 LAYERS = (
     {"sources", "attention", "model", "simplex", "bandit", "heads", "optim", "repetition",
-     "storage"},
+     "storage", "xent"},
     {"curriculum", "data", "cliff", "generate", "convert", "sharding", "distributed", "launch",
      "workdir"},
     {"step"},
