@@ -9,8 +9,8 @@ For final hidden states ``x_n`` (rows ``n`` of ``x [N, D]``), the embedding ``E 
    \mathrm{lse}_n = \log \sum_{v < V} e^{z_{n,v}}, \qquad
    \ell_n = w_n\,(\mathrm{lse}_n - z_{n,y_n})
 
-and for a cotangent ``c_n`` of ``ℓ_n`` (``1 / tokens`` in the train step, so the gradient comes out
-already divided by the token count):
+and for a cotangent ``c_n`` of ``ℓ_n`` (``1 / tokens`` in the train step, so the gradient comes
+out already divided by the token count):
 
 .. math::
    \frac{\partial}{\partial z_{n,v}} = c_n w_n \big(p_{n,v} - [v = y_n]\big)\,[v < V],\quad
@@ -54,9 +54,10 @@ transients fit, as they do with room to spare for one GPU's 64 rows of 1024 on a
 blocks are for memory pressure (larger batches per device, smaller devices).
 
 :func:`cross_entropy` is plain JAX with a ``jax.custom_vjp``: it lowers for any platform (CPU,
-CUDA, TPU), jits, vmaps and nests in ``jax.grad``. The train step uses it
-(:func:`andrea_jax.step.token_losses` with ``fused=True``); evaluation and sampling keep the model's
-logits (``Transformer.apply``).
+CUDA, TPU), jits, vmaps and nests in ``jax.grad`` (reverse mode only: a ``custom_vjp`` has no
+``jvp``, so forward-over-reverse Hessian products take the model's logits instead). The train step
+uses it (:func:`andrea_jax.step.token_losses` with an ``xent`` config); evaluation and sampling keep
+the model's logits (``Transformer.apply``).
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ def _block_forward(x_RxD, e_VpxD, labels_R, vocab_size, logits_dtype):
 
 
 def _block_backward(logits_RxVp, lse_R, labels_R, g_R, x_RxD, e_VpxD, vocab_size):
-  """``(dX [R, D], dE [Vp, D])`` of one block (accumulation dtype) for the row cotangents ``g_R``."""
+  """``(dX [R, D], dE [Vp, D])`` of one block (accumulation dtype) for row cotangents ``g_R``."""
   z_RxVp = logits_RxVp.astype(_acc(x_RxD.dtype))
   col_RxVp = _col_iota(z_RxVp.shape)
   p_RxVp = jnp.where(col_RxVp < vocab_size, jnp.exp(z_RxVp - lse_R[:, None]), 0.0)
@@ -215,8 +216,8 @@ def cross_entropy(x_BxTxD: jax.Array, embedding_VpxD: jax.Array, targets_BxT: ja
     block_rows: rows per block (0: all at once); must divide the number of rows.
 
   Returns:
-    ``loss [B, T]`` float32 (float64 for a float64 ``dtype``): the weighted per-token losses (their sum over the counted tokens
-    divided by the token count is the mean loss).
+    ``loss [B, T]`` float32 (float64 for a float64 ``dtype``): the weighted per-token losses (their
+    sum over the counted tokens divided by the token count is the mean loss).
 
   Example:
     >>> x = jnp.ones((1, 1, 2)); E = jnp.array([[1., 0.], [0., 1.], [5., 5.]])   # Vp = 3, V = 2
@@ -237,7 +238,8 @@ def cross_entropy(x_BxTxD: jax.Array, embedding_VpxD: jax.Array, targets_BxT: ja
     raise ValueError(f"block_rows = {block_rows} does not divide the {N} tokens of the batch")
   dtype = jnp.dtype(dtype)
   logits_dtype = dtype if logits_dtype is None else jnp.dtype(logits_dtype)
-  loss_N = _xent(x_BxTxD.reshape(N, D).astype(dtype), embedding_VpxD, jnp.reshape(targets_BxT, (N,)),
+  loss_N = _xent(x_BxTxD.reshape(N, D).astype(dtype), embedding_VpxD,
+                 jnp.reshape(targets_BxT, (N,)),
                  jnp.reshape(weights_BxT, (N,)).astype(_acc(dtype)), int(vocab_size), dtype,
                  logits_dtype, int(block_rows))
   return loss_N.reshape(lead)

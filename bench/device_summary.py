@@ -63,8 +63,11 @@ def summary(results: dict) -> dict:
 
 
 def _miss(key: str, c: dict, step_s: float | None) -> str:
+  """How far a failed target is: short by x% (a floor), over by y points (the overhead's ceiling)."""
   if c.get("pass") is not False or not c.get("value"):
     return ""
+  if key == "curriculum_overhead":
+    return f" (over by {c['value'] - c['target']:.2%} of a step)"
   short = c["value"] / c["target"] - 1
   text = f" (short by {-short:.1%}"
   if key == "tokens_per_s" and step_s:

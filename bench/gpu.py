@@ -32,7 +32,8 @@ The default is the targets and the levers; ``--quick`` is cudnn, levers-off and 
 JAX rows with the same flags run in one process (bench/gpu_step.py), one after the other (XLA's
 autotuning results carry over, which shortens their compilations); every other row in its own (XLA
 flags are read when jax starts; a crash, an out-of-memory or a timeout fills those rows with the
-reason and the table goes on). ``--hlo=FILE.zip`` saves each JAX row's optimized HLO (``compiled.as_text()``) in one zip.
+reason and the table goes on). ``--hlo=FILE.zip`` saves each JAX row's optimized HLO
+(``compiled.as_text()``) in one zip.
 ``--parts`` times the blocks, the head and loss, and the update separately (bench/gpu_parts.py).
 
 Targets on one H100-class GPU: >= 470K tokens/s at B=64, T=1024 (40% MFU), aiming at 520K (45%);
@@ -74,7 +75,8 @@ FLAG_SETS = {
     "no_triton_gemm": "--xla_gpu_enable_triton_gemm=false",
     "no_cmd_buffer": "--xla_gpu_enable_command_buffer=",
     # One flag from XLA's GPU guidance (docs.jax.dev gpu_performance_tips, NVIDIA JAX-Toolbox's GPU
-    # performance page) over the tuned set. triton_gemm_any needs Triton GEMMs, which tuned turns off.
+    # performance page) over the tuned set. triton_gemm_any needs Triton GEMMs, which tuned turns
+    # off.
     "cublaslt": f"{_TUNED} --xla_gpu_enable_cublaslt=true",
     "triton_gemm_any": f"{_LHS} --xla_gpu_triton_gemm_any=true",
     "cudnn_gemm_fusion": f"{_TUNED} --xla_gpu_cudnn_gemm_fusion_level=2",
@@ -334,8 +336,10 @@ def lever_lines(lv: dict) -> list[str]:
   for key, label in names.items():
     if key in lv:
       g = lv[key]
-      lines.append(f"  {label:22s} " + ("n/a" if g["alone"] is None else
-                                         f"{g['alone']:+.1%} ({g['saved_ms']:+.1f} ms a step saved)"))
+      figure = "n/a" if g["alone"] is None else (
+          f"{g['alone']:+.1%} ({abs(g['saved_ms']):.1f} ms a step "
+          f"{'saved' if g['saved_ms'] >= 0 else 'lost'})")
+      lines.append(f"  {label:22s} {figure}")
   if lv.get("flags"):
     lines.append(f"flags over the product's tuned set (keep those that win by > "
                  f"{FLAG_WIN - 1:.0%}):")
