@@ -28,7 +28,7 @@ Rows (``--rows``, comma-separated; the flag sets are printed under the table):
   cudnn-default       no XLA flags; cudnn-lhs, cudnn-no-triton-gemm, cudnn-no-cmd-buffer: one each
   flag-cublaslt, flag-triton-gemm-any, flag-cudnn-gemm-fusion, flag-exhaustive-tiling: the tuned
                       set with one flag from XLA's GPU guidance more; kept only if it wins (> 1%)
-The default is the targets and the levers; ``--quick`` is cudnn, levers-off and torch, 10 steps.
+The default is the targets and the levers; ``--quick`` is torch, cudnn and levers-off, 10 steps.
 JAX rows with the same flags run in one process (bench/gpu_step.py), one after the other (XLA's
 autotuning results carry over, which shortens their compilations); every other row in its own (XLA
 flags are read when jax starts; a crash, an out-of-memory or a timeout fills those rows with the
@@ -41,7 +41,7 @@ Targets on one H100-class GPU: >= 470K tokens/s at B=64, T=1024 (40% MFU), aimin
 
 Usage (from the repository root):
   python -m bench.gpu                        # targets and levers, 20 timed steps each
-  python -m bench.gpu --quick                # cudnn, levers-off, torch; 10 steps
+  python -m bench.gpu --quick                # torch, cudnn, levers-off; 10 steps
   python -m bench.gpu --rows=cudnn,torch,xla --budget=240 --json=out/gpu.json --hlo=out/hlo.zip
   python -m bench.gpu --parts                # the parts table
   python -m bench.gpu --quick --cpu          # tiny model on the CPU: checks the script, not a speed
@@ -119,13 +119,17 @@ ROWS = {
 TARGET_ROWS = ("cudnn", "torch")
 LEVER_ROWS = ("levers-off", "fused-loss", "lean-update", "split-qkv")
 FLAG_ROWS = tuple(n for n in ROWS if n.startswith("flag-"))
-DEFAULT_ROWS = ("cudnn", "levers-off", "fused-loss", "lean-update", "split-qkv", "torch")
-QUICK_ROWS = ("cudnn", "levers-off", "torch")
+# The yardstick first, then the JAX rows in one process, the product first: under a budget, the
+# targets' rows are the last to be skipped.
+DEFAULT_ROWS = ("torch", "cudnn", "levers-off", "fused-loss", "lean-update", "split-qkv")
+QUICK_ROWS = ("torch", "cudnn", "levers-off")
 TARGET_TOKENS, AIM_TOKENS = 470e3, 520e3      # tokens/s at B=64, T=1024 on one H100-class GPU
 TARGET_MFU, AIM_MFU = 0.40, 0.45              # by flops_per_token (6N + 12 L d T)
 TARGET_RATIO = 1.1                            # JAX over the PyTorch yardstick, same run, same GPU
 FLAG_WIN = 1.01                               # a flag row must beat the product row by 1% to win
 MIN_ROW_S = 60                                # a row is not started with less of --budget left
+HLO_ZIP_CAP = 14 * 2**20                      # bytes of --hlo's zip, under the 16 MiB a file the
+                                              # device tool brings back
 
 
 def _gpu_present() -> bool:
@@ -349,14 +353,22 @@ def lever_lines(lv: dict) -> list[str]:
 
 
 def _write_hlo(hlo_dir: str, path: str) -> None:
-  """Appends each row's HLO text in ``hlo_dir`` to the zip ``path`` (one member per row)."""
+  """Appends each row's HLO text in ``hlo_dir`` to the zip ``path`` (one member per row), while the
+  zip stays under :data:`HLO_ZIP_CAP` (what the device tool brings back is 16 MiB a file at most):
+  a row past it is left out, and named."""
   files = sorted(os.listdir(hlo_dir))
   if not path or not files:
     return
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  left_out = []
   with zipfile.ZipFile(path, "a", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as z:
     for name in files:
-      z.write(os.path.join(hlo_dir, name), arcname=name)
+      if sum(i.compress_size for i in z.infolist()) > HLO_ZIP_CAP:
+        left_out.append(name)
+      else:
+        z.write(os.path.join(hlo_dir, name), arcname=name)
+  if left_out:
+    print(f"HLO left out of {path} (over {HLO_ZIP_CAP / 2**20:.0f} MiB): {', '.join(left_out)}")
 
 
 def main(argv: list[str] | None = None):

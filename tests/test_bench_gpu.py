@@ -288,3 +288,17 @@ def test_curriculum_runs_overrides_validate_on_andrea_120m(cpu):
     assert run.curriculum_spec.strategy == strategy
     assert (c.data.global_batch_size, c.optim.grad_accum_steps) == ((8, 1) if cpu else (64, 1))
     assert c.train.stop_step == 200 and c.train.num_steps == 200_000
+
+
+def test_the_hlo_zip_stays_under_what_the_device_tool_brings_back(tmp_path, monkeypatch, capsys):
+  # Rows are added in order while the zip is under its cap; the ones after are named, not added.
+  assert gpu.HLO_ZIP_CAP < 16 * 2**20
+  monkeypatch.setattr(gpu, "HLO_ZIP_CAP", 1000)
+  hlo = tmp_path / "hlo"
+  hlo.mkdir()
+  for name in ("a", "b", "c"):
+    (hlo / f"{name}.hlo.txt").write_text(os.urandom(3000).hex())   # incompressible: ~6 KB each
+  gpu._write_hlo(str(hlo), str(tmp_path / "hlo.zip"))
+  with zipfile.ZipFile(tmp_path / "hlo.zip") as z:
+    assert z.namelist() == ["a.hlo.txt"]
+  assert "left out" in (out := capsys.readouterr().out) and "b.hlo.txt, c.hlo.txt" in out
