@@ -6,7 +6,7 @@ Components, each usable on its own (see the README for the full API):
 * :mod:`andrea_jax.model` -- the GPT-2-style decoder (``ModelConfig``, ``Transformer``).
 * :mod:`andrea_jax.simplex` -- the accessible region of the mixture simplex, its exact differentiable
   projection, the UCB vertex and uniform sampling.
-* :mod:`andrea_jax.bandit`, :mod:`andrea_jax.curriculum` -- the curriculum engine.
+* :mod:`andrea_jax.curriculum` -- the curriculum engine, its mixers and their bandit.
 * :mod:`andrea_jax.data` -- tokenizers, prepared shards, the built-in corpus and the mixture sampler.
 * :mod:`andrea_jax.train` -- the jitted training step and ``train_and_evaluate``.
 """

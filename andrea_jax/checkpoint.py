@@ -84,16 +84,12 @@ def seal(step_dir: str) -> None:
   """
   manifest = {rel: {"size": os.path.getsize(os.path.join(step_dir, rel)),
                     "sha256": _sha256(os.path.join(step_dir, rel))} for rel in _files(step_dir)}
-  tmp = os.path.join(step_dir, _SEAL_TMP)
   text = json.dumps({"version": 1, "files": manifest}, indent=0, sort_keys=True)
   # Removed after a failure (a full disk): the checkpoint stays trusted on its commit markers.
-  with storage.writing(tmp, f"{step_dir} is complete but not sealed",
-                       cleanup=lambda: os.remove(tmp)):
-    with open(tmp, "w") as f:
-      f.write(text)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(step_dir, SEAL))
+  out = storage.AtomicFile(os.path.join(step_dir, SEAL), f"{step_dir} is complete but not sealed",
+                           "w", tmp=os.path.join(step_dir, _SEAL_TMP))
+  out.write(text)
+  out.commit()
 
 
 def _read_json(path: str) -> tuple[Any, str | None]:

@@ -6,7 +6,8 @@ overrides any field on the command line (``--config.optim.peak_lr=1e-3``). Secti
 * ``model``      -- the decoder's shape (becomes a frozen :class:`andrea_jax.model.ModelConfig`);
 * ``data``       -- tokenizer, corpus and batch shape (:func:`andrea_jax.data.config.data_config`);
 * ``optim``      -- AdamW, clipping and the learning-rate schedule;
-* ``curriculum`` -- phases, bandit and the geometries of the mixture (:mod:`andrea_jax.curriculum`);
+* ``curriculum`` -- the mixer, its phases and the geometries of the mixture (:mod:`andrea_jax.curriculum`);
+* ``target_gain`` -- measuring each source's target gain, the bandit's other reward (:mod:`.target_gain`);
 * ``train``      -- run length, logging, checkpoints;
 * ``eval``       -- held-out loss and text samples;
 * ``cliff``      -- the zombie-cliff detector (:mod:`andrea_jax.cliff`);
@@ -110,12 +111,13 @@ def terrain_section() -> ml_collections.ConfigDict:
   return t
 
 
-def base_config(sources: Sequence[str] = SOURCES, corpus: str = "synthetic"
-                ) -> ml_collections.ConfigDict:
+def base_config(sources: Sequence[str] = SOURCES, corpus: str = "synthetic",
+                mixer: str = "andrea") -> ml_collections.ConfigDict:
   """The whole run configuration with the tiny defaults; experiments override from here.
 
   ``sources`` are the run's (``config.sources``, the order of every weight vector; ANDREA's
-  sixteen by default), ``corpus`` where their data comes from (``data.corpus``). Every section
+  sixteen by default), ``corpus`` where their data comes from (``data.corpus``), ``mixer`` the
+  curriculum's mixer (``curriculum.mixer.name``, with its own arguments only). Every section
   keyed by source (``data.files``, the curriculum's mixture and geometries) is built for them: over
   ANDREA's sixteen the curriculum is ANDREA's three regimes, over other sources the whole simplex.
   """
@@ -125,6 +127,7 @@ def base_config(sources: Sequence[str] = SOURCES, corpus: str = "synthetic"
   from andrea_jax.data.config import data_config
   from andrea_jax.distributed import distributed_config
   from andrea_jax.sharding import mesh_section
+  from andrea_jax.target_gain import target_gain_config
 
   sources = check_sources(sources)
   c = ml_collections.ConfigDict()
@@ -135,7 +138,10 @@ def base_config(sources: Sequence[str] = SOURCES, corpus: str = "synthetic"
   c.model = model_section()
   c.data = data_config(sources, corpus)
   c.optim = optim_section()
-  c.curriculum = curriculum_config(sources=sources)
+  c.curriculum = curriculum_config(sources=sources, mixer=mixer)
+  # how fast a step on each source lowers the target's loss (andrea_jax.target_gain): the
+  # bandit's reward "target_gain"
+  c.target_gain = target_gain_config()
   c.train = train_section()
   c.eval = eval_section(sources)
   c.terrain = terrain_section()  # the basin-width report of a checkpoint (andrea_jax.terrain)
@@ -153,7 +159,8 @@ def with_sources(config: ml_collections.ConfigDict, sources: Sequence[str], *,
 
   ``data.files`` and ``eval.target`` keep the entries of the sources that stay (the new get
   empty ones);
-  ``curriculum.static_mixture`` becomes uniform; ``curriculum.geometries`` becomes ``geometries``
+  ``curriculum.mixer`` keeps its arguments (a per-source one, e.g. a static mixture, its weights of
+  the sources that stay, 1 for the new); ``curriculum.geometries`` becomes ``geometries``
   (default: the whole simplex over ``sources``, :func:`andrea_jax.curriculum.full_simplex`;
   :func:`andrea_jax.curriculum.three_regimes` gives ANDREA's curriculum over them).
 
@@ -162,6 +169,7 @@ def with_sources(config: ml_collections.ConfigDict, sources: Sequence[str], *,
     >>> c.sources, sorted(c.data.files.keys())
     (('code', 'docs', 'reference'), ['code', 'docs', 'reference'])
   """
+  from andrea_jax.curriculum import registry
   from andrea_jax.curriculum.config import full_simplex
   from andrea_jax.data.config import source_files
 
@@ -173,8 +181,7 @@ def with_sources(config: ml_collections.ConfigDict, sources: Sequence[str], *,
     out.data.files = ml_collections.ConfigDict(
         {source_key(s): keep[source_key(s)] if source_key(s) in keep else source_files()
          for s in sources})
-    out.curriculum.static_mixture = ml_collections.ConfigDict(
-        {source_key(s): 1.0 for s in sources})
+    out.curriculum.mixer = registry.for_sources(out.curriculum.mixer, sources)
     target = out.eval.target
     out.eval.target = ml_collections.ConfigDict(
         {source_key(s): target[source_key(s)] if source_key(s) in target else 0.0

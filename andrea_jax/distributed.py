@@ -7,7 +7,7 @@ or from the cluster's own environment (SLURM, Open MPI, TPU VM metadata), which
 ``jax.distributed.initialize()`` detects by itself. A single process with nothing set does nothing.
 
 Call it before anything touches a device. Initialising starts JAX's preemption service, whose own
-SIGTERM handler (it replaces any installed before, such as :mod:`andrea_jax.launch`'s) lets every
+SIGTERM handler (it replaces any installed before, such as :mod:`andrea_jax.signals`'s) lets every
 process agree on the step at which to checkpoint and stop (see ``andrea_jax.train``).
 """
 

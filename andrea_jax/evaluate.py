@@ -8,6 +8,10 @@ and ``eval/target_bpb``, when ``eval.target`` names one), and greedy and sampled
 fixed prompts with their repetition and, when the corpus has a vocabulary, the share of their words
 that are words of the corpus (``eval/word_share``: :mod:`andrea_jax.data.wordshare`).
 
+For a source whose loss counts only some tokens (a chat source's ``loss_on``), ``eval/loss`` and
+``eval/bpb`` are over the tokens the loss counts, as training sees them, and the record also holds
+the same over every token: ``eval/loss_all_tokens/<source>`` and ``eval/bpb_all_tokens/<source>``.
+
 The held-out windows are fixed (the same at every evaluation and in every resumed run); the sampling
 keys are ``fold_in(eval_key, step)``. So an evaluation record is a deterministic function of the
 parameters and the step, and goes into ``metrics.jsonl`` with the training records.
@@ -15,12 +19,10 @@ parameters and the step, and goes into ``metrics.jsonl`` with the training recor
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
@@ -50,6 +52,21 @@ def eval_chunks(batch: dict[str, np.ndarray], chunk_rows: int) -> list[dict[str,
           for i in range(0, rows + pad, chunk_rows)]
 
 
+def _check_counted(batch: dict[str, np.ndarray], sources: tuple[str, ...],
+                   masked: list[str]) -> None:
+  """``DataError`` naming a source with a loss mask whose held-out windows hold no token the loss
+  counts (its held-out loss would be 0 / 0), before anything compiles."""
+  if not masked:
+    return
+  counted_B = ((batch["segment_ids"] > 0) & (batch["loss_mask"] > 0)).sum(-1)
+  for name in masked:
+    if not counted_B[batch["source_ids"] == sources.index(name)].sum():
+      raise data_lib.DataError(
+          f"source {name!r}: its held-out windows hold no token its loss counts (loss_on "
+          "leaves out every one of them): raise eval.sequences_per_source, or its "
+          "eval_fraction and prepare it again")
+
+
 class Evaluator:
   """Held-out loss per source and samples from fixed prompts, for one run.
 
@@ -59,15 +76,16 @@ class Evaluator:
   no more memory than training, and every device computes its share of the rows, not all of them.
   """
 
-  def __init__(self, run, config: ml_collections.ConfigDict, data, tokenizer, key: jax.Array,
-               workdir: str | None = None, *, mesh: Mesh | None = None,
-               vocabulary: frozenset[str] | None = None):
+  def __init__(self, run, data, tokenizer, key: jax.Array, samples_path: str | None = None, *,
+               mesh: Mesh | None = None, vocabulary: frozenset[str] | None = None):
+    """``run``: the :class:`andrea_jax.runconfig.Run`; ``samples_path``: where samples are
+    appended (``None``: nowhere)."""
     self.run_ = run
     self.vocabulary = vocabulary
-    self.cfg = config.eval
+    self.cfg = run.eval
     self.tokenizer = tokenizer
     self.key = key
-    self.samples_path = os.path.join(workdir, "samples.txt") if workdir else None
+    self.samples_path = samples_path
     model = run.step_config.model
     num_sources = len(run.sources)
     parts = []
@@ -75,24 +93,31 @@ class Evaluator:
     for i, name in enumerate(run.sources):
       if name not in run.used_sources:
         continue
-      b = data_lib.eval_batches(data, name, seq_len=config.data.seq_len,
+      b = data_lib.eval_batches(data, name, seq_len=run.data.seq_len,
                                 num_sequences=self.cfg.sequences_per_source)
       b = dict(b, source_ids=np.full((b["inputs"].shape[0],), i, np.int32))
       parts.append(b)
       self.eval_sources.append(name)
     self.batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    self.masked = [n for n in self.eval_sources if n in data.masked_sources]
+    _check_counted(self.batch, run.sources, self.masked)
     # Bits per byte: each source's held-out tokens per byte, read once.
-    self.tokens_per_byte = {n: bpb.heldout_tokens_per_byte(data, n, tokenizer)
+    self.tokens_per_byte = {n: bpb.heldout_tokens_per_byte(data, n, tokenizer,
+                                                           counted=n in self.masked)
                             for n in self.eval_sources}
+    self.all_tokens_per_byte = {n: bpb.heldout_tokens_per_byte(data, n, tokenizer)
+                                for n in self.masked}
     devices = mesh.devices.size if mesh is not None else 1
-    micro = config.data.global_batch_size // config.optim.grad_accum_steps   # a multiple of devices
+    micro = run.data.micro_batch_size   # a multiple of the devices
     rows = len(self.batch["inputs"])
     # As few chunks as micro-batch-sized ones would need, as even as whole rows per device allow.
     num_chunks = -(-rows // micro)
     self.chunk_rows = -(-rows // (num_chunks * devices)) * devices
     chunks = eval_chunks(self.batch, self.chunk_rows)
     document_mask = run.step_config.document_mask   # the same attention as in training
-    losses = lambda p, b: step_lib.eval_losses(model, p, b, num_sources, document_mask)
+    # With masks, one forward pass gives the sums over the counted tokens and over every token.
+    sums = step_lib.eval_losses_all_tokens if self.masked else step_lib.eval_losses
+    losses = lambda p, b: sums(model, p, b, num_sources, document_mask)
     if mesh is None:
       self._chunks = chunks
       self._losses = jax.jit(losses)
@@ -113,14 +138,20 @@ class Evaluator:
         static_argnames=("greedy",))
 
   def losses(self, params) -> dict[str, float]:
-    """Mean held-out loss (nats/token) of each source in use."""
-    loss_S = tokens_S = 0.0
+    """Mean held-out loss (nats/token) of each source in use, over the tokens its loss counts."""
+    return self.losses_and_all_tokens(params)[0]
+
+  def losses_and_all_tokens(self, params) -> tuple[dict[str, float], dict[str, float]]:
+    """:meth:`losses`, and the mean loss over every token of each source with a loss mask."""
+    sums = None
     for chunk in self._chunks:
-      loss, tokens = self._losses(params, chunk)
-      loss_S, tokens_S = loss_S + loss, tokens_S + tokens
-    loss_S, tokens_S = jax.device_get((loss_S, tokens_S))
+      out = self._losses(params, chunk)
+      sums = out if sums is None else tuple(a + b for a, b in zip(sums, out))
+    sums = jax.device_get(sums)
     idx = {n: i for i, n in enumerate(self.run_.sources)}
-    return {n: float(loss_S[idx[n]] / max(tokens_S[idx[n]], 1.0)) for n in self.eval_sources}
+    mean = lambda loss_S, tokens_S, n: float(loss_S[idx[n]] / max(tokens_S[idx[n]], 1.0))
+    losses = {n: mean(sums[0], sums[1], n) for n in self.eval_sources}
+    return losses, {n: mean(sums[2], sums[3], n) for n in self.masked}
 
   def samples(self, params, step: int) -> list[dict[str, Any]]:
     """Greedy and sampled continuations of each prompt, with their repetition scores."""
@@ -139,9 +170,11 @@ class Evaluator:
       out.append(row)
     return out
 
-  def loss_record(self, losses: dict[str, float]) -> dict[str, float]:
+  def loss_record(self, losses: dict[str, float],
+                  all_tokens: dict[str, float] | None = None) -> dict[str, float]:
     """The held-out part of a record, from each source's loss (nats/token): bits per byte, the
-    equal-weight means and the target mixture's loss."""
+    equal-weight means and the target mixture's loss; with ``all_tokens`` (the masked sources'
+    losses over every token), those and their bits per byte too."""
     bits = {n: bpb.bits_per_byte(v, self.tokens_per_byte[n]) for n, v in losses.items()}
     rec = {"eval/mean_loss": float(np.mean(list(losses.values()))),
            "eval/mean_bpb": float(np.mean(list(bits.values())))}
@@ -151,11 +184,15 @@ class Evaluator:
       w = dict(zip(self.run_.sources, self.run_.target))
       rec["eval/target_loss"] = float(sum(w[n] * v for n, v in losses.items()))
       rec["eval/target_bpb"] = float(sum(w[n] * v for n, v in bits.items()))
+    for n, v in (all_tokens or {}).items():
+      rec[f"eval/loss_all_tokens/{n}"] = v
+      rec[f"eval/bpb_all_tokens/{n}"] = bpb.bits_per_byte(v, self.all_tokens_per_byte[n])
     return rec
 
   def run(self, params, step: int) -> dict[str, Any]:
     """One evaluation record for ``metrics.jsonl`` (and a block appended to ``samples.txt``)."""
-    rec: dict[str, Any] = {"step": step, **self.loss_record(self.losses(params))}
+    rec: dict[str, Any] = {"step": step,
+                           **self.loss_record(*self.losses_and_all_tokens(params))}
     samples = self.samples(params, step)
     if samples:
       rec["eval/repetition"] = float(np.mean([s["sampled_repetition"] for s in samples]))

@@ -1,4 +1,4 @@
-"""Host-side feed of mixture weights: which weights build the batch of step t.
+"""Host-side feed of mixture weights (which weights build the batch of step t), and the batches.
 
 The curriculum runs on device, inside the jitted step; the batches are built on the host, ahead of time,
 by a background thread. The curriculum decides each phase's weights ``decision_lag`` steps before the
@@ -17,6 +17,9 @@ import jax
 import numpy as np
 
 from andrea_jax import curriculum
+from andrea_jax import data as data_lib
+from andrea_jax import sharding
+from andrea_jax import target_gain as gain_lib
 
 
 class Closed(RuntimeError):
@@ -76,3 +79,31 @@ class ScheduleFeed:
       for old in [s for s in self._used if s < step]:
         del self._used[old]
       return self._used.get(step)
+
+
+def batches(run, data: data_lib.PreparedData, batch_sharding: jax.sharding.NamedSharding,
+            feed: ScheduleFeed, start: int, end: int) -> data_lib.Prefetcher:
+  """The batches of steps ``start .. end - 1``, built ahead in a thread (the host-to-device copy
+  too) with the weights ``feed`` gives. This process builds only the rows its devices hold, slot
+  k of the global batch's P equal slices; at a target-gain step, the probe's rows too
+  (:mod:`andrea_jax.target_gain`). ``run`` is the :class:`andrea_jax.runconfig.Run`."""
+  rows = run.data.global_batch_size
+  lo, hi = sharding.process_rows(batch_sharding, rows)
+  slot = dict(process_index=lo // (hi - lo), process_count=rows // (hi - lo))
+  make = lambda **kw: data_lib.MixtureSampler(data, seq_len=run.data.seq_len, **kw)
+  sampler = make(global_batch_size=rows, seed=run.seed, **slot)
+  gain = run.step_config.target_gain
+  probes = None if gain is None else gain_lib.ProbeBatches(
+      gain, np.asarray(run.target), make, run.seed, **slot)
+
+  def build(t):
+    batch = sharding.global_batch(sampler.batch(t, feed.weights(t)), batch_sharding, rows)
+    if probes is not None:
+      extra = probes.rows(t)
+      for prefix, n in ((gain_lib.PROBE, gain.probe_rows), (gain_lib.TARGET, gain.target_rows)):
+        batch.update(sharding.global_batch(
+            {k: v for k, v in extra.items() if k.startswith(prefix)}, batch_sharding, n))
+    return batch
+
+  return data_lib.Prefetcher(build, start_step=start, end_step=end,
+                             depth=max(2, run.data.prefetch))

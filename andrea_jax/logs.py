@@ -1,4 +1,5 @@
-"""Run logs: ``metrics.jsonl`` (deterministic numbers only), TensorBoard event files, ``throughput.jsonl``.
+"""Run logs: ``metrics.jsonl`` (deterministic numbers only), TensorBoard event files, ``throughput.jsonl``;
+and what goes into them: :func:`step_record` (a training step's record), :func:`cliff_message`.
 
 ``metrics.jsonl`` holds one JSON object per logged step (and one per evaluation) with only quantities
 that a resumed run reproduces exactly (losses, weights, learning rate...), so that a run interrupted and
@@ -22,7 +23,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -229,3 +230,55 @@ def read_jsonl(path: str) -> list[dict]:
   """All records of a ``.jsonl`` log."""
   with open(path) as f:
     return [json.loads(line) for line in f if line.strip()]
+
+
+def step_record(sources: Sequence[str], labels: Sequence[str], m: Mapping[str, Any],
+                weights: np.ndarray) -> dict:
+  """The deterministic record of one step, from its fetched metrics ``m`` (the step's, on the
+  host) and the mixture its batch was drawn from: loss, gradient norm, learning rate, per source
+  its weight, realised share and loss (where it had tokens) and target gain (where measured), the
+  curriculum's scalars (the phase's label by name: ``labels`` is the spec's) and a flagged cliff.
+  """
+  rec: dict[str, Any] = {"step": int(m["step"]), "loss": float(m["loss"]),
+                         "grad_norm": float(m["grad_norm"]), "lr": float(m["lr"]),
+                         "finite": bool(m["finite"])}
+  tokens = np.asarray(m["source_tokens"], np.float64)
+  share = tokens / max(tokens.sum(), 1.0)
+  for i, name in enumerate(sources):
+    rec[f"weight/{name}"] = float(weights[i])
+    rec[f"share/{name}"] = float(share[i])
+    if tokens[i] > 0:
+      rec[f"loss/{name}"] = float(m["source_loss"][i])
+  for k, v in m["curriculum"].items():
+    v = np.asarray(v)
+    if k == "phase_label":
+      rec["curriculum/phase_label"] = labels[int(v)]
+    elif v.ndim == 0:
+      rec[f"curriculum/{k}"] = v.item()
+  for i, name in enumerate(sources):   # measured at this step (every target_gain.every)
+    if "target_gain" in m and np.isfinite(m["target_gain"][i]):
+      rec[f"target_gain/{name}"] = float(m["target_gain"][i])
+  ev = m["cliff"]
+  if bool(ev.flag):
+    rec["cliff/source"] = sources[int(ev.source)] if int(ev.source) >= 0 else None
+    rec["cliff/score"] = float(ev.score)
+  return rec
+
+
+def cliff_message(rec: dict, t: int, geometry_names: Sequence[str], respond: bool) -> str:
+  """The console line of a zombie cliff flagged at step ``t`` (``rec``: the step's log record):
+  the source named, and excluded (``respond``) or the exclusion offered.
+
+  Example: ``"zombie cliff at step 150: loss 0.412 far below its recent values; source
+  'repo-docs'; to exclude it, add it to curriculum.geometries.v2_firehose.exclude and resume, ..."``
+  """
+  source = rec.get("cliff/source")
+  head = f"zombie cliff at step {t}: loss {rec['loss']:.3f} far below its recent values; "
+  if source is None:
+    return head + "no source named"
+  if respond:
+    return head + f"source {source!r} excluded from the next phase on"
+  where = geometry_names[min(int(rec.get("curriculum/geometry", 0)), len(geometry_names) - 1)]
+  return (head + f"source {source!r}; to exclude it, add it to curriculum.geometries.{where}"
+          ".exclude and resume, or train with --config.cliff.respond=True, which excludes what "
+          "the detector flags")

@@ -7,9 +7,9 @@ the command line; unknown fields and wrong types are rejected by ml-collections 
 
 import sys
 
-from andrea_jax import launch
+from andrea_jax import signals
 
-# Defined by run(), after launch.hold(): absl and the config file load with the handlers in place.
+# Defined by run(), after signals.hold(): absl and the config file load with the handlers in place.
 _CONFIG = _WORKDIR = None
 
 
@@ -25,9 +25,9 @@ def _define_flags() -> None:
 
 
 def _stopped_before_start() -> bool:
-  if not launch.RECEIVED:
+  if not signals.RECEIVED:
     return False
-  print(f"signal {launch.RECEIVED[0]} before the run started: nothing to save; the checkpoints in "
+  print(f"signal {signals.RECEIVED[0]} before the run started: nothing to save; the checkpoints in "
         f"{_WORKDIR.value} are as they were. Run the same command again to resume.")
   return True
 
@@ -42,9 +42,13 @@ def main(argv):
   import jax
   from andrea_jax import distributed
   from andrea_jax import runconfig
+  from andrea_jax import rundir
   from andrea_jax import storage
   from andrea_jax import train
   from andrea_jax.checkpoint import CheckpointError
+  from andrea_jax.curriculum import registry
+  from ml_collections import config_flags
+  FLAGS = flags.FLAGS
   from andrea_jax.data import DataError
   from andrea_jax.workdir import WorkdirBusy, WorkdirLost
   if _stopped_before_start():
@@ -55,14 +59,15 @@ def main(argv):
     # recorded from here on is handed to the trainer once its own handlers are in place (never
     # dropped; with several processes passed to the service, so that all stop at the same step).
     try:
+      # --config.curriculum.mixer.name=<mixer> switches the mixer: its section made for it.
+      registry.apply_name_override(_CONFIG.value, config_flags.get_override_values(FLAGS["config"]))
       distributed.maybe_initialize(_CONFIG.value)   # validates the distributed section first
-      runconfig.build(_CONFIG.value)   # what train_and_evaluate does first: milliseconds
-      train.make_workdir(_WORKDIR.value)
+      run_spec = runconfig.build(_CONFIG.value)   # the config, read once
+      rundir.make_workdir(_WORKDIR.value)
     except (ValueError, TypeError) as e:
       _fail(e, kept)                   # an invalid value, before anything ran
     try:
-      summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value,
-                                         early_signals=launch.RECEIVED)
+      summary = train.train_and_evaluate(run_spec, _WORKDIR.value)
     except (DataError, CheckpointError) as e:
       _fail(e, kept)                   # raised while opening the data or the checkpoints
     except WorkdirLost as e:           # taken over mid-run: what this run wrote stays
@@ -79,7 +84,7 @@ def main(argv):
       _fail(e, "the last checkpoint holds the last good state; run the command again, changed as "
                "suggested, to resume from it")
   finally:
-    launch.release()   # the run is over: a signal now takes its default action again
+    signals.release()   # the run is over: a signal now takes its default action again
   if jax.process_index() == 0:
     where = _WORKDIR.value
     if "interrupted_at" in summary:
@@ -114,14 +119,14 @@ def _fail(error: Exception, state_of_checkpoints: str):
 
 def run() -> None:
   """Entry point of ``andrea-train`` and ``python -m andrea_jax.main``: the signal handlers first
-  (:func:`andrea_jax.launch.hold`), then absl, the flags and the run.
+  (:func:`andrea_jax.signals.hold`), then absl, the flags and the run.
 
   ``--help`` lists the key flags of the program's main module, which absl names ``sys.argv[0]``:
   for the console script that is the generated ``andrea-train`` script, while the flags belong to
   this module; so they are declared key flags of the script too, and the script shows this
   module's docstring as its usage text, as ``python -m andrea_jax.main --help`` does.
   """
-  launch.hold()
+  signals.hold()
   from absl import app, flags
   _define_flags()
   for flag in flags.FLAGS.get_key_flags_for_module(__name__):

@@ -21,6 +21,7 @@ from andrea_jax import optim
 from andrea_jax import sharding
 from andrea_jax import sources as sources_lib
 from andrea_jax import step as step_lib
+from andrea_jax import target_gain as gain_lib
 from andrea_jax.data.config import validate_data_config, without_data
 from andrea_jax.model import ModelConfig, Transformer
 
@@ -43,8 +44,55 @@ def peak_flops(device: jax.Device | None = None) -> float | None:
 
 
 @dataclasses.dataclass(frozen=True)
+class TrainSpec:
+  """The ``train`` section, validated: how long the run is, what it writes and when."""
+  num_steps: int           # optimizer steps of the run (the schedules are laid out over them)
+  stop_step: int           # 0, or the step this call stops at (a first part of the run)
+  log_every: int           # steps between metric reads and log records
+  checkpoint_every: int    # steps between checkpoints (0: at the end and on signals only)
+  keep_checkpoints: int    # newest checkpoints kept
+  keep_period: int         # also keep every checkpoint at a multiple of this (0: none)
+  progress_bar: bool
+  plot: bool               # summary.png at the end
+  tensorboard: bool        # TensorBoard event files beside metrics.jsonl
+
+  @property
+  def end(self) -> int:
+    """This call's last step: ``stop_step`` when set, else ``num_steps``."""
+    return self.stop_step or self.num_steps
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSpec:
+  """The ``eval`` section, validated (the target is :attr:`Run.target`)."""
+  every: int               # steps between evaluations (0: at the end only)
+  sequences_per_source: int
+  prompts: tuple[str, ...]
+  sample_tokens: int       # 0: no samples
+  temperature: float
+  top_k: int               # 0: the whole vocabulary
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSpec:
+  """The ``data`` section, validated: what the trainer reads of it, and the whole section frozen
+  for the data pipeline's own functions (:meth:`section`)."""
+  tokenizer: str
+  seq_len: int
+  global_batch_size: int
+  micro_batch_size: int    # rows of one micro-batch (global_batch_size / optim.grad_accum_steps)
+  prefetch: int
+  frozen: ml_collections.FrozenConfigDict
+
+  def section(self) -> ml_collections.ConfigDict:
+    """A copy of the ``data`` section as a ``ConfigDict``, for :mod:`andrea_jax.data`."""
+    return ml_collections.ConfigDict(self.frozen)
+
+
+@dataclasses.dataclass(frozen=True)
 class Run:
-  """The validated, static description of a run."""
+  """The validated, static description of a run: everything below the command line reads this,
+  never the ``ConfigDict`` (kept in :attr:`record` only to be written down)."""
   model_config: ModelConfig
   step_config: step_lib.StepConfig
   curriculum_spec: curriculum.CurriculumSpec
@@ -53,6 +101,17 @@ class Run:
   used_sources: tuple[str, ...]
   mesh_shape: tuple[int, int] = (1, 1)   # (data, fsdp) devices, resolved against this machine
   target: tuple[float, ...] | None = None   # eval.target normalised, one weight per source
+  seed: int = 0
+  train: TrainSpec | None = None
+  eval: EvalSpec | None = None
+  data: DataSpec | None = None
+  mesh: ml_collections.FrozenConfigDict | None = None   # the mesh section (andrea_jax.sharding)
+  record: dict = dataclasses.field(default_factory=dict, compare=False)   # config.to_dict()
+
+  @property
+  def config_json(self) -> str:
+    """The configuration as it ran, for ``config.json`` (sorted keys, indented)."""
+    return ml_collections.ConfigDict(self.record).to_json_best_effort(indent=2, sort_keys=True)
 
 
 # Steps, counts and sizes travel as int32 inside the compiled step.
@@ -219,12 +278,33 @@ def build(config: ml_collections.ConfigDict) -> Run:
   if late:   # e.g. train.num_steps overridden without the start steps laid out for the old length
     warnings.warn(f"curriculum geometries {', '.join(late)} start at or after train.num_steps = "
                   f"{num_steps}: they never come into force", stacklevel=2)
+  target = eval_target(config.eval, sources, tuple(used))
+  gain = gain_lib.from_config(config.target_gain, sources=sources, used=tuple(used),
+                              target=target, eps=config.optim.eps, devices=devices)
+  if config.curriculum.mixer.get("reward") == "target_gain" and gain is None:
+    raise ValueError("curriculum.mixer.reward = 'target_gain' rewards each source by its target "
+                     "gain, which the run does not measure: set target_gain.every > 0 (and "
+                     "eval.target)")
   cliff_cfg = cliff_lib.CliffConfig.from_config(config.cliff)
   step_cfg = step_lib.StepConfig(
       model=Transformer(mcfg), tx=tx, schedule=optim.learning_rate_schedule(config.optim, num_steps),
       curriculum_spec=spec, cliff_cfg=cliff_cfg, num_sources=len(sources), grad_accum_steps=accum,
       max_nonfinite_steps=config.train.max_nonfinite_steps,
-      document_mask=config.train.document_mask)
+      document_mask=config.train.document_mask, target_gain=gain)
+  t, e, d = config.train, config.eval, config.data
   return Run(model_config=mcfg, step_config=step_cfg, curriculum_spec=spec, cliff_cfg=cliff_cfg,
              sources=sources, used_sources=tuple(used), mesh_shape=(data, fsdp),
-             target=eval_target(config.eval, sources, tuple(used)))
+             target=target, seed=seed,
+             train=TrainSpec(num_steps=t.num_steps, stop_step=t.stop_step, log_every=t.log_every,
+                             checkpoint_every=t.checkpoint_every,
+                             keep_checkpoints=t.keep_checkpoints, keep_period=t.keep_period,
+                             progress_bar=t.progress_bar, plot=t.plot, tensorboard=t.tensorboard),
+             eval=EvalSpec(every=e.every, sequences_per_source=e.sequences_per_source,
+                           prompts=tuple(e.prompts), sample_tokens=e.sample_tokens,
+                           temperature=float(e.temperature), top_k=e.top_k),
+             data=DataSpec(tokenizer=d.tokenizer, seq_len=d.seq_len,
+                           global_batch_size=d.global_batch_size,
+                           micro_batch_size=d.global_batch_size // accum, prefetch=d.prefetch,
+                           frozen=ml_collections.FrozenConfigDict(d)),
+             mesh=ml_collections.FrozenConfigDict(mesh_config(config)),
+             record=config.to_dict())

@@ -13,17 +13,20 @@ step when it is built. The step does, in order:
 3. the gradient's global norm, computed once for the metric and the clipping, then the AdamW
    update -- skipped, leaving the state untouched, when the loss, the gradient or the new weights are
    not finite;
-4. the curriculum update with the per-source losses (the weights of the batches to come);
-5. the zombie-cliff detector on the same numbers (it may exclude a source from the next phase on).
+4. every ``target_gain.every`` steps, the sources' target gains at the weights the step started
+   from (:mod:`andrea_jax.target_gain`, on the batch's ``probe/`` and ``target/`` rows);
+5. the curriculum update with the per-source losses and gains (the weights of the batches to come);
+6. the zombie-cliff detector on the same numbers (it may exclude a source from the next phase on).
 
 Batches are dicts of arrays: ``inputs``, ``targets``, ``segment_ids``, ``positions`` ``[B, T]`` int32
-and ``source_ids`` ``[B]`` int32 (see :mod:`andrea_jax.data`).
+and ``source_ids`` ``[B]`` int32 (see :mod:`andrea_jax.data`), and ``loss_mask`` ``[B, T]`` uint8
+when some source of the run counts only some of its tokens (a chat source's ``loss_on``); a run
+that measures target gains adds the same keys under ``probe/`` and ``target/`` for their rows.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +37,7 @@ import optax
 
 from andrea_jax import cliff as cliff_lib
 from andrea_jax import curriculum
+from andrea_jax import target_gain as gain_lib
 from andrea_jax import xent as xent_lib
 from andrea_jax.model import Transformer
 
@@ -70,6 +74,7 @@ class StepConfig:
   grad_accum_steps: int = 1
   max_nonfinite_steps: int = 5
   document_mask: bool = True      # attention within each packed document only (see token_losses)
+  target_gain: gain_lib.TargetGain | None = None   # the sources' target gains, measured or not
   # The fused output projection and loss (None: the model's float32 logits, then optax's loss).
   xent: xent_lib.XentConfig | None = xent_lib.XentConfig()
   # The loss divided by the token count inside (the gradient comes out divided), and one global
@@ -77,38 +82,58 @@ class StepConfig:
   lean_update: bool = True
 
 
-def token_weights(batch: Batch) -> jax.Array:
-  """``[B, T]`` float32: 1 for the tokens whose loss counts, 0 for padding (segment id 0)."""
-  return (batch["segment_ids"] > 0).astype(jnp.float32)
-
-
 def token_losses(model: Transformer, params: PyTree, batch: Batch, document_mask: bool = True, *,
                  xent: xent_lib.XentConfig | None = None) -> tuple[jax.Array, jax.Array]:
-  """Per-token cross-entropy ``[B, T]`` (float32) and the weights of the tokens ``[B, T]``.
+  """Per-token cross-entropy ``[B, T]`` (float32) and the mask of tokens that count ``[B, T]``.
 
   ``loss[b, t] = weights[b, t] * CE(logits[b, t], targets[b, t])`` with the weights of
-  :func:`token_weights` (padding counts 0). With ``document_mask`` a token attends only to earlier
-  tokens of its own document (the segment ids); without, to every earlier token of its row (plain
-  causal attention, as GPT-2 trained: the fused cuDNN kernel's fastest path).
+  :func:`loss_weights`. With ``document_mask`` a token attends only to earlier tokens of its own
+  document (the segment ids); without, to every earlier token of its row (plain causal attention,
+  as GPT-2 trained: the fused cuDNN kernel's fastest path).
 
   ``xent``: run the output projection and the loss fused (:func:`andrea_jax.xent.cross_entropy`,
   what the train step does) instead of taking the model's float32 logits (what evaluation does):
   the same values in float32, bf16 logits in bf16.
   """
-  segment_ids = batch["segment_ids"] if document_mask else None
-  weights_BxT = token_weights(batch)
-  apply = functools.partial(model.apply, {"params": params}, batch["inputs"],
-                            segment_ids=segment_ids, positions=batch["positions"])
+  mask_BxT = loss_weights(batch)
   if xent is not None:
     cfg = model.config
+    segment_ids = batch["segment_ids"] if document_mask else None
+    x_BxTxD = model.apply({"params": params}, batch["inputs"], segment_ids=segment_ids,
+                          positions=batch["positions"], hidden=True)
     loss_BxT = xent_lib.cross_entropy(
-        apply(hidden=True), params["wte"]["embedding"], batch["targets"], weights_BxT,
+        x_BxTxD, params["wte"]["embedding"], batch["targets"], mask_BxT,
         vocab_size=cfg.vocab_size, dtype=cfg.compute_dtype, logits_dtype=xent.logits_dtype,
         block_rows=xent.block_rows)
-    return loss_BxT, weights_BxT
-  loss_BxT = optax.softmax_cross_entropy_with_integer_labels(
-      apply().astype(jnp.float32), batch["targets"])
-  return loss_BxT * weights_BxT, weights_BxT
+    return loss_BxT, mask_BxT
+  loss_BxT = _cross_entropy(model, params, batch, document_mask)
+  return loss_BxT * mask_BxT, mask_BxT
+
+
+def loss_weights(batch: Batch) -> jax.Array:
+  """``[B, T]`` float32: 1 for each target the loss counts, 0 for the others; the one place they
+  are decided: ``(segment_ids > 0) * loss_mask``. Padding (segment id 0) never counts, nor, when
+  the batch has a ``loss_mask``, a target its source's ``loss_on`` leaves out (a user's turn).
+
+  Example:
+    >>> loss_weights({"segment_ids": jnp.array([[1, 1, 0]]),
+    ...               "loss_mask": jnp.array([[0, 1, 1]], jnp.uint8)}).tolist()
+    [[0.0, 1.0, 0.0]]
+  """
+  mask_BxT = (batch["segment_ids"] > 0).astype(jnp.float32)
+  if "loss_mask" in batch:   # a key of the run's batches, fixed when the step is traced
+    mask_BxT = mask_BxT * batch["loss_mask"].astype(jnp.float32)
+  return mask_BxT
+
+
+def _cross_entropy(model: Transformer, params: PyTree, batch: Batch,
+                   document_mask: bool) -> jax.Array:
+  """``[B, T]`` float32 cross-entropy of every target, whether it counts or not."""
+  segment_ids = batch["segment_ids"] if document_mask else None
+  logits_BxTxV = model.apply({"params": params}, batch["inputs"],
+                             segment_ids=segment_ids, positions=batch["positions"])
+  return optax.softmax_cross_entropy_with_integer_labels(
+      logits_BxTxV.astype(jnp.float32), batch["targets"])
 
 
 def per_source_sums(loss_BxT: jax.Array, mask_BxT: jax.Array, source_ids_B: jax.Array,
@@ -136,7 +161,7 @@ def loss_and_grads(cfg: StepConfig, params: PyTree, batch: Batch):
   differentiated function, so the cotangent ``1 / n`` rides the backward pass and the gradient
   comes out divided; otherwise the summed gradient is divided by ``n`` afterwards (a pass over it).
   """
-  n = jnp.maximum(token_weights(batch).sum(), 1.0)
+  n = jnp.maximum(loss_weights(batch).sum(), 1.0)
   scale = 1.0 / n if cfg.lean_update else 1.0
 
   def micro(params, mb):
@@ -208,16 +233,45 @@ def apply_gradients(cfg: StepConfig, params: PyTree, opt_state: PyTree, grads: P
   return keep(new_params, params), keep(new_opt_state, opt_state), grad_norm, finite
 
 
+def measure_gains(cfg: StepConfig, state: TrainState, probe: Batch, target: Batch) -> jax.Array:
+  """``[S]`` target gains at ``state``'s weights on the probe and target rows, every
+  ``cfg.target_gain.every`` steps (NaN at the others, computing nothing)."""
+  tg = cfg.target_gain
+  # The per-source losses go through forward mode: XLA attention (cuDNN's kernel has a custom
+  # gradient, which forward mode cannot go through), the same weights and function.
+  plain = Transformer(dataclasses.replace(cfg.model.config, attention_impl="xla"))
+
+  def source_losses(params):
+    loss_BxT, mask_BxT = token_losses(plain, params, probe, cfg.document_mask)
+    loss_S, tokens_S = per_source_sums(loss_BxT, mask_BxT, probe["source_ids"], cfg.num_sources)
+    return loss_S / jnp.maximum(tokens_S, 1.0), tokens_S
+
+  def target_loss(params):
+    loss_BxT, mask_BxT = token_losses(cfg.model, params, target, cfg.document_mask)
+    return loss_BxT.sum() / jnp.maximum(mask_BxT.sum(), 1.0)
+
+  def measure(params, opt_state):
+    p = gain_lib.preconditioner(opt_state, params, tg.eps) if tg.precondition else None
+    return gain_lib.gains(source_losses, target_loss, params, p)
+
+  return jax.lax.cond(state.step % tg.every == 0, measure,
+                      lambda *_: jnp.full((cfg.num_sources,), jnp.nan, jnp.float32),
+                      state.params, state.opt_state)
+
+
 def train_step(cfg: StepConfig, state: TrainState, batch: Batch) -> tuple[TrainState, dict]:
   """One optimizer step; pure. Jit it once with ``donate_argnums`` on the state (see :func:`jit_step`)."""
   step = state.step
+  batch, probe, target = gain_lib.split(batch)
+  gain_S = (measure_gains(cfg, state, probe, target)
+            if cfg.target_gain is not None and probe is not None else None)
   loss, grads, loss_sum_S, tokens_S = loss_and_grads(cfg, state.params, batch)
   params, opt_state, grad_norm, finite = apply_gradients(cfg, state.params, state.opt_state,
                                                          grads, loss)
 
   losses_S = loss_sum_S / jnp.maximum(tokens_S, 1.0)
   cur = curriculum.update(cfg.curriculum_spec, state.curriculum, step, losses_S,
-                          jnp.where(finite, tokens_S, 0.0))
+                          jnp.where(finite, tokens_S, 0.0), gain_S)
   cliff_state, event = cliff_lib.cliff_update(cfg.cliff_cfg, state.cliff, step, loss, losses_S,
                                               jnp.where(finite, tokens_S, 0.0))
   if cfg.cliff_cfg.respond:
@@ -244,6 +298,8 @@ def train_step(cfg: StepConfig, state: TrainState, batch: Batch) -> tuple[TrainS
       "cliff": event,
       "halted_at": halted_at,
   }
+  if gain_S is not None:
+    metrics["target_gain"] = gain_S
   return new_state, metrics
 
 
@@ -269,6 +325,23 @@ def jit_step(cfg: StepConfig, state_sharding: PyTree | None = None,
 
 def eval_losses(model: Transformer, params: PyTree, batch: Batch, num_sources: int,
                 document_mask: bool = True):
-  """Per-source summed loss and token count on a (held-out) batch: ``([S], [S])``."""
+  """Per-source summed loss and token count on a (held-out) batch: ``([S], [S])``, over the
+  tokens that count (:func:`token_losses`)."""
   loss_BxT, mask_BxT = token_losses(model, params, batch, document_mask)
   return per_source_sums(loss_BxT, mask_BxT, batch["source_ids"], num_sources)
+
+
+def eval_losses_all_tokens(model: Transformer, params: PyTree, batch: Batch, num_sources: int,
+                           document_mask: bool = True):
+  """:func:`eval_losses`, then the same sums over every token (its ``loss_mask`` ignored), from
+  one forward pass: ``([S], [S], [S], [S])``.
+
+  Example:
+    >>> loss_S, tokens_S, all_loss_S, all_tokens_S = eval_losses_all_tokens(model, params, b, 16)
+    >>> held_out_loss_S = loss_S / jnp.maximum(tokens_S, 1.0)   # the assistant's turns only
+  """
+  loss_BxT = _cross_entropy(model, params, batch, document_mask)
+  counted_BxT = loss_weights(batch)
+  every_BxT = loss_weights({k: v for k, v in batch.items() if k != "loss_mask"})
+  return (*per_source_sums(loss_BxT * counted_BxT, counted_BxT, batch["source_ids"], num_sources),
+          *per_source_sums(loss_BxT * every_BxT, every_BxT, batch["source_ids"], num_sources))

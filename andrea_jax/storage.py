@@ -110,17 +110,56 @@ def writing(path: str, consequence: str | Callable[[], str],
                       else consequence()) from e
 
 
-def atomic_write(path: str, content: bytes, consequence: str | Callable[[], str]) -> None:
+class AtomicFile:
+  """A file written whole or not at all: writes go to a temporary file beside ``path``;
+  :meth:`commit` syncs it and renames it into place, :meth:`discard` removes it. Until the commit
+  (or after a failure, or a kill) ``path`` is what it was. A write that fails for want of room or
+  permission is a :class:`WriteError` naming ``path`` and ending with ``consequence``, and leaves
+  no temporary file.
+
+  Example (a stream too large for memory; a small one is :func:`atomic_write`):
+    >>> out = AtomicFile("shard.bin", "the shard is not listed")
+    >>> out.write(chunk); out.write(chunk)
+    >>> out.commit()
+  """
+
+  def __init__(self, path: str, consequence: str | Callable[[], str], mode: str = "wb",
+               tmp: str | None = None):
+    self.path, self._consequence = os.fspath(path), consequence
+    self.tmp = tmp if tmp is not None else f"{self.path}.tmp{os.getpid()}"   # same directory
+    with self._writing():
+      self.file = open(self.tmp, mode, **({} if "b" in mode else
+                                            {"encoding": "utf-8", "newline": "\n"}))
+
+  def _writing(self):
+    return writing(self.path, self._consequence, cleanup=self.discard)
+
+  def write(self, data) -> None:
+    with self._writing():
+      self.file.write(data)
+
+  def commit(self) -> None:
+    """Syncs the temporary file and renames it to ``path``."""
+    with self._writing():
+      self.file.flush()
+      os.fsync(self.file.fileno())
+      self.file.close()
+      os.replace(self.tmp, self.path)
+
+  def discard(self) -> None:
+    """Drops what was written; ``path`` stays as it was."""
+    with contextlib.suppress(OSError):
+      self.file.close()
+    remove_quietly(self.tmp)
+
+
+def atomic_write(path: str, content: bytes | str, consequence: str | Callable[[], str]) -> None:
   """Writes ``content`` to ``path`` through a temporary file, synced, then renamed into place: a
   failure (or a kill) leaves the previous ``path`` whole, and no temporary file after a failure
-  (:class:`WriteError` ending with ``consequence``)."""
-  tmp = f"{path}.tmp{os.getpid()}"
-  with writing(path, consequence, cleanup=lambda: os.remove(tmp)):
-    with open(tmp, "wb") as f:
-      f.write(content)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
+  (:class:`WriteError` ending with ``consequence``). Text is written as UTF-8."""
+  out = AtomicFile(path, consequence, "w" if isinstance(content, str) else "wb")
+  out.write(content)
+  out.commit()
 
 
 def remove_quietly(path: str) -> None:

@@ -249,8 +249,11 @@ def _take_over(path: str, seen: _Seen, why: str, log: Callable[[str], None]) -> 
     if now is None or now.raw != seen.raw:
       return   # released, or taken over already
     aside = f"{path}.{uuid.uuid4().hex}.stale"
-    with storage.writing(path, "Nothing was written"):
-      os.rename(path, aside)
+    try:
+      with storage.writing(path, "Nothing was written"):
+        os.rename(path, aside)
+    except FileNotFoundError:
+      return   # released between the look and the rename: the caller looks again
     try:
       with open(aside, "rb") as f:
         moved = f.read()
@@ -394,11 +397,13 @@ def _agree(error: Exception | None) -> None:
   from jax.experimental import multihost_utils
   text = np.zeros(_MESSAGE_BYTES, np.uint8)
   if error is not None:
-    message = str(error).encode()[:_MESSAGE_BYTES - 1] or b"?"
+    text_of = str(error) if isinstance(error, (WorkdirBusy, storage.WriteError)) else (
+        f"{type(error).__name__}: {error}")
+    message = text_of.encode()[:_MESSAGE_BYTES - 1] or b"?"
     text[:len(message)] = np.frombuffer(message, np.uint8)
   got = np.asarray(multihost_utils.broadcast_one_to_all(text))
   message = bytes(got).rstrip(b"\0").decode(errors="replace")
-  if message and jax.process_index() != 0:
+  if message and jax.process_index() != 0:   # process 0 raises its own error
     raise WorkdirBusy(f"process 0 could not take the workdir's lock: {message}")
 
 
@@ -417,7 +422,7 @@ def hold(workdir: str, **kwargs) -> Iterator[WorkdirLock | _Joined]:
   if jax.process_index() == 0:
     try:
       lock = acquire(workdir, **kwargs)
-    except (WorkdirBusy, storage.WriteError) as e:
+    except BaseException as e:   # any failure, unexpected ones too, must reach the others
       error = e
   try:
     if jax.process_count() > 1:

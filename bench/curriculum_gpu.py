@@ -7,7 +7,7 @@ the document mask, the v2 warmup geometry: seven sources) on one GPU, cut to wha
 (B=64 rows, no gradient accumulation) and stopped at step 200 (``train.stop_step``: the schedules
 stay laid out over 200K steps), on the built-in corpus through the real host pipeline (the mixture
 sampler in its prefetch thread, the schedule feed, metrics read every ``train.log_every`` steps).
-They differ in one field: ``curriculum.strategy`` = ``andrea`` (random and bandit phases, their
+They differ in one field: ``curriculum.mixer.name`` = ``andrea`` (random and bandit phases, their
 decisions in the step, the sampler following them) or ``static`` (the uniform mixture projected on
 the region: a fixed mixture, the same pipeline). The tuned XLA flags of bench/gpu.py are set
 (``--flags`` picks another of its sets).
@@ -80,7 +80,7 @@ def run_one(strategy: str, workdir: str, cpu: bool, steps: int, log_every: int,
   if cpu:
     env["JAX_PLATFORMS"] = "cpu"
   cmd = [sys.executable, "-m", "andrea_jax.main", "--config=experiments/andrea120m.py:v2:synthetic",
-         f"--workdir={workdir}", f"--config.curriculum.strategy={strategy}",
+         f"--workdir={workdir}", f"--config.curriculum.mixer.name={strategy}",
          *overrides(cpu, steps, log_every)]
   t0 = time.perf_counter()
   problem, stderr = None, ""

@@ -58,7 +58,8 @@ import ml_collections
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 
-from andrea_jax import bandit, runconfig, simplex, train
+from andrea_jax import runconfig, simplex, train
+from andrea_jax.curriculum import bandit
 from andrea_jax import checkpoint as ckpt_lib
 from andrea_jax import data as data_lib
 from andrea_jax import logs

@@ -15,7 +15,7 @@ first half of the names, the firehose, then a polish with a floor of 0.7 on the 
 last one excluded. Order the names accordingly, or override any geometry's fields
 (``--config.curriculum.geometries.polish.floors.docs=0.5``).
 
-Everything else is ``experiments/tiny.py``'s main job: the model, optimizer, curriculum strategy
+Everything else is ``experiments/tiny.py``'s main job: the model, optimizer, curriculum mixer
 and run length. A source with neither files nor a dataset stops the run before anything compiles,
 with every such source named.
 """

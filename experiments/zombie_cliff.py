@@ -44,7 +44,7 @@ import numpy as np
 
 from andrea_jax import config as config_lib
 from andrea_jax import data as data_lib
-from andrea_jax.curriculum import geometry
+from andrea_jax.curriculum import geometry, set_mixer
 from andrea_jax.sources import SOURCES
 
 NUM_STEPS = 300
@@ -65,7 +65,8 @@ def get_config() -> ml_collections.ConfigDict:
   g.docs = geometry("docs", 0, only=("chat", CARRIER, "repo-docs"))
   c.curriculum.geometries = g
   # Equal weights, new phases every 7-13 steps: the exclusion lands within ~15 steps of a flag.
-  c.curriculum.update(strategy="static", phase_min_steps=7, phase_max_steps=13)
+  c.curriculum.update(phase_min_steps=7, phase_max_steps=13)
+  set_mixer(c, "static")
   # Armed after 100 steps on a 50-step window; a flagged source is excluded (the v3 polish remedy).
   c.cliff.update(window=50, warmup=100, cooldown=50, respond=True)
   return c

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from andrea_jax import bandit
+from andrea_jax.curriculum import bandit
 
 
 def _state(counts, progress_estimates):

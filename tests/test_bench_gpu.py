@@ -270,10 +270,11 @@ def test_every_bench_row_builds_a_valid_run(name, cpu):
 
 @pytest.mark.parametrize("cpu", [False, True], ids=["gpu", "cpu"])
 def test_curriculum_runs_overrides_validate_on_andrea_120m(cpu):
+  from andrea_jax.curriculum import registry
   from experiments import andrea120m
   for strategy in curriculum_gpu.STRATEGIES:
     c = andrea120m.get_config("v2:synthetic")
-    flags = curriculum_gpu.overrides(cpu, 200, 20) + [f"--config.curriculum.strategy={strategy}"]
+    flags = curriculum_gpu.overrides(cpu, 200, 20) + [f"--config.curriculum.mixer.name={strategy}"]
     for flag in flags:
       key, value = flag[len("--config."):].split("=", 1)
       *sections, field = key.split(".")
@@ -284,8 +285,10 @@ def test_curriculum_runs_overrides_validate_on_andrea_120m(cpu):
         node[field] = ast.literal_eval(value)
       except (ValueError, SyntaxError):
         node[field] = value
+    # As the launcher does after parsing: the mixer's name switches its section.
+    registry.apply_name_override(c, {"curriculum.mixer.name": strategy})
     run = runconfig.build(c)
-    assert run.curriculum_spec.strategy == strategy
+    assert run.curriculum_spec.mixer_name == strategy
     assert (c.data.global_batch_size, c.optim.grad_accum_steps) == ((8, 1) if cpu else (64, 1))
     assert c.train.stop_step == 200 and c.train.num_steps == 200_000
 

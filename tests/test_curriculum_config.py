@@ -11,7 +11,6 @@ from absl import flags
 from ml_collections import config_flags
 
 from andrea_jax import curriculum
-from andrea_jax.bandit import BanditParams
 from andrea_jax.sources import SOURCES, WARMUP_SOURCES
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -42,28 +41,52 @@ def test_scaled_geometries_and_defaults():
   spec = curriculum.spec_from_config(curriculum.curriculum_config())
   assert spec.starts.tolist() == [0, 200, 1126]
   assert (spec.phase_min_steps, spec.phase_max_steps, spec.decision_lag) == (7, 42, 2)
-  # The default mixer, its knobs as configured (factories are cached: same knobs, same mixer).
-  assert spec.strategy == "andrea"
-  assert spec.mixer is curriculum.andrea_walk(BanditParams(), 0.3, 0.25)
+  # The default mixer, ANDREA's walk with its factory's defaults (the spec knows it by them).
+  assert spec.mixer_name == "andrea" and spec.labels == ("start", "random", "bandit")
+  assert dict(spec.mixer_set.keys[0][1]) == {
+      "eta": 0.3, "random_share": 0.25, "reward": "progress", "discount": 0.995,
+      "exploration": 0.05, "min_count": 1.0, "prior_count": 0.01, "reward_knee": 1.0,
+      "pivot_discount": 0.25}
   with pytest.raises(ValueError, match="do not fit increasing into 1000 steps"):
     curriculum.andrea_geometries(1000, 0.01)
 
 
-def test_each_strategy_names_its_mixer():
-  """Each built-in name builds its mixer from the section's knobs: the walk's random share is
-  the section's for "andrea", 0 and 1 for "bandit_only" and "random_only"."""
-  from andrea_jax.curriculum import elastic, exp3
+@pytest.mark.parametrize("name, labels", [
+    ("andrea", ("random", "bandit")), ("bandit_only", ("random", "bandit")),
+    ("random_only", ("random", "bandit")), ("static", ("held",)), ("exp3", ("exp3",)),
+    ("elastic", ("elastic",))])
+def test_each_built_in_name_makes_a_section_of_its_own_arguments(name, labels):
+  """The section of each built-in holds its name and its factory's arguments, nothing else."""
+  import inspect
+  from andrea_jax.curriculum import registry
+  c = curriculum.curriculum_config(mixer=name)
+  params = inspect.signature(registry.BUILTIN[name]).parameters
+  assert set(c.mixer.keys()) == {"name"} | set(params)
+  spec = curriculum.spec_from_config(c)
+  assert spec.mixer_name == name and spec.mixer.labels == labels
+  assert spec.labels == ("start",) + labels
+  assert set(curriculum.MIXERS) == {"andrea", "bandit_only", "random_only", "static", "exp3",
+                                    "elastic"}
+
+
+def test_a_section_made_for_another_mixer_is_refused_naming_its_fields():
   c = curriculum.curriculum_config()
-  bandit, eta, share = BanditParams(), c.eta, c.random_share
-  want = {"andrea": curriculum.andrea_walk(bandit, eta, share),
-          "bandit_only": curriculum.andrea_walk(bandit, eta, 0.0),
-          "random_only": curriculum.andrea_walk(bandit, eta, 1.0),
-          "static": curriculum.static(), "exp3": exp3.mixer(exp3.Exp3Params()),
-          "elastic": elastic.mixer(elastic.ElasticParams())}
-  assert set(want) == set(curriculum.STRATEGIES)
-  for strategy, mixer in want.items():
-    c.strategy = strategy
-    assert curriculum.spec_from_config(c).mixer is mixer, strategy
+  c.mixer.name = "exp3"
+  with pytest.raises(ValueError, match=r"curriculum.mixer has fields \['discount', .*'eta'.* "
+                                       r"that mixer 'exp3' does not take"):
+    curriculum.spec_from_config(c)
+  c = curriculum.curriculum_config(mixer="exp3", lr_scale=0.1)
+  assert curriculum.spec_from_config(c).mixer_set.keys[0] == (
+      "exp3", (("lr_scale", 0.1), ("smoothing", 0.9)))
+
+
+def test_two_builds_of_one_config_are_one_spec():
+  """Equal sections give equal specs (one compiled step), whatever built them."""
+  a = curriculum.spec_from_config(curriculum.curriculum_config(mixer="exp3"))
+  b = curriculum.spec_from_config(curriculum.curriculum_config(mixer="exp3"))
+  assert a == b and hash(a) == hash(b) and a.mixer is not b.mixer
+  c = curriculum.spec_from_config(curriculum.curriculum_config(mixer="exp3", lr_scale=0.5))
+  assert c != a
 
 
 def test_single_geometry_starts_at_zero():
@@ -90,7 +113,7 @@ def test_command_line_overrides(tmp_path):
       "--config.curriculum.geometries.v3_polish.ceilings.dictionary=0.1",
       "--config.curriculum.geometries.v3_polish.exclude=repo-docs,extra-01",
       "--config.curriculum.geometries.v2_firehose.start_step=30000",
-      "--config.curriculum.bandit.exploration=0.2",
+      "--config.curriculum.mixer.exploration=0.2",
   ]
   fv = flags.FlagValues()
   config_flags.DEFINE_config_file("config", None, "", flag_values=fv, lock_config=True,
@@ -101,7 +124,41 @@ def test_command_line_overrides(tmp_path):
   assert spec.lowers[2, _idx("hermes3-general")] == 0.6
   assert spec.uppers[2, _idx("dictionary")] == 0.1
   assert spec.uppers[2, _idx("extra-01")] == 0 and spec.uppers[2, _idx("repo-docstrings")] == 1
-  assert spec.mixer is curriculum.andrea_walk(BanditParams(exploration=0.2), 0.3, 0.25)
+  assert dict(spec.mixer_set.keys[0][1])["exploration"] == 0.2
+
+
+def _parse(tmp_path, *overrides):
+  from andrea_jax.curriculum import registry
+  cfg_file = tmp_path / "cfg.py"
+  cfg_file.write_text(
+      "from andrea_jax.config import base_config\n"
+      "def get_config():\n"
+      "  c = base_config()\n"
+      "  c.curriculum.mixer.eta = 0.5\n"
+      "  return c\n")
+  argv = ["prog", f"--config={cfg_file}", *overrides]
+  fv = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", None, "", flag_values=fv, lock_config=True,
+                                  sys_argv=argv)
+  fv(argv)
+  registry.apply_name_override(fv.config, config_flags.get_override_values(fv["config"]))
+  return fv.config
+
+
+def test_the_command_line_switches_the_mixer_by_its_name(tmp_path):
+  """``--config.curriculum.mixer.name=...`` makes the section anew for the named mixer, keeping
+  the fields both take; a command-line field the new one does not take is refused."""
+  c = _parse(tmp_path, "--config.curriculum.mixer.name=static")
+  assert set(c.mixer.keys() if "mixer" in c else c.curriculum.mixer.keys()) == {"name", "mixture"}
+  assert curriculum.spec_from_config(c.curriculum).mixer_name == "static"
+  c = _parse(tmp_path, "--config.curriculum.mixer.name=bandit_only")
+  assert c.curriculum.mixer.eta == 0.5 and "random_share" not in c.curriculum.mixer
+  c = _parse(tmp_path, "--config.curriculum.mixer.name=andrea",
+             "--config.curriculum.mixer.random_share=0.5")
+  assert (c.curriculum.mixer.eta, c.curriculum.mixer.random_share) == (0.5, 0.5)   # unchanged
+  with pytest.raises(ValueError, match=r"--config.curriculum.mixer.eta is not an argument of "
+                                       r"mixer 'exp3'"):
+    _parse(tmp_path, "--config.curriculum.mixer.name=exp3", "--config.curriculum.mixer.eta=0.2")
 
 
 def _config(**geometry_fields):
@@ -135,17 +192,21 @@ def _config(**geometry_fields):
      "phase_min_steps = 7"),
     ({"geometries__v2_warmup__start_step": 10}, ValueError,
      "no geometry starts at step 0 (the first, 'v2_warmup', starts at 10)"),
-    ({"strategy": "doremi"}, ValueError, "curriculum.strategy must be one of"),
+    ({"mixer__name": "doremi"}, ValueError,
+     "curriculum.mixer.name = 'doremi': not a built-in mixer"),
     ({"phase_min_steps": 3}, ValueError,
      "curriculum.phase_min_steps = 3 must exceed decision_lag + 1 = 3"),
     ({"phase_max_steps": 10}, ValueError,
      "curriculum.phase_max_steps = 10 must be >= 2 * phase_min_steps - 1 = 13"),
     ({"phase_max_steps": 2**31 - 1}, ValueError,
      "curriculum.phase_max_steps must be < 2**30, got 2147483647"),
-    ({"random_share": 1.5}, ValueError, "curriculum.random_share must be in [0, 1], got 1.5"),
-    ({"eta": 0.0}, ValueError, "curriculum.eta must be in (0, 1], got 0.0"),
-    ({"bandit__discount": 0.0}, ValueError,
-     "curriculum.bandit.discount must be in (0, 1], got 0.0"),
+    ({"mixer__random_share": 1.5}, ValueError,
+     "curriculum.mixer.random_share must be in [0, 1], got 1.5"),
+    ({"mixer__eta": 0.0}, ValueError, "curriculum.mixer.eta must be in (0, 1], got 0.0"),
+    ({"mixer__discount": 0.0}, ValueError,
+     "curriculum.mixer.discount must be in (0, 1], got 0.0"),
+    ({"mixer__reward": "loss"}, ValueError,
+     "curriculum.mixer.reward must be one of ('progress', 'target_gain'), got 'loss'"),
 ])
 def test_validation_messages(fields, err, message):
   with pytest.raises(err) as e:
@@ -156,9 +217,7 @@ def test_validation_messages(fields, err, message):
 def test_more_sources_than_the_random_phases_sample_are_refused():
   # 21 sources (API users may pass their own names): refused before anything compiles.
   names = tuple(f"s{i}" for i in range(21))
-  c = curriculum.curriculum_config()
-  c.strategy = "static"
-  c.geometries = ml_collections.ConfigDict({"full": curriculum.geometry("full", 0, sources=names)})
+  c = curriculum.curriculum_config(sources=names, mixer="static")
   with pytest.raises(ValueError, match="sources: 21 sources, more than the 20 the curriculum's "
                                        "random phases sample"):
     curriculum.spec_from_config(c, sources=names)
@@ -195,7 +254,7 @@ def test_spec_is_hashable_by_content_and_a_pytree():
   b = curriculum.spec_from_config(curriculum.curriculum_config())
   assert a == b and hash(a) == hash(b)
   c = curriculum.curriculum_config()
-  c.eta = 0.5
+  c.mixer.eta = 0.5
   other = curriculum.spec_from_config(c)
   assert other != a
   leaves, tree = jax.tree.flatten(a)
@@ -226,25 +285,26 @@ def test_experiment_configs(name):
     assert (config.train.num_steps, config.optim.warmup_steps) == (1000, 20)
 
 
-def test_static_mixture_is_the_static_strategys_mixture():
-  """``curriculum.static_mixture``: relative weights, normalised, held by strategy "static" (then
-  projected onto the region). chat 3 and the noise source 0, the others 1: 3/17 and 1/17."""
+def test_the_static_mixers_mixture():
+  """``curriculum.mixer.mixture`` of the static mixer: relative weights, normalised, held every
+  phase (then projected onto the region). chat 3 and the noise source 0, the others 1: 3/17 and
+  1/17."""
   from andrea_jax.curriculum import geometry, simulate
-  c = curriculum.curriculum_config()
-  c.strategy = "static"
-  c.geometries = ml_collections.ConfigDict({"full": geometry("full", 0)})
-  c.static_mixture.chat = 3.0
-  c.static_mixture.extra_06 = 0.0
+  c = curriculum.curriculum_config(ml_collections.ConfigDict({"full": geometry("full", 0)}),
+                                   mixer="static")
+  c.mixer.mixture.chat = 3.0
+  c.mixer.mixture.extra_06 = 0.0
   spec = curriculum.spec_from_config(c)
   want_S = np.array([3.0 if s == "chat" else 0.0 if s == "extra-06" else 1.0 for s in SOURCES])
   want_S /= 17.0
-  np.testing.assert_allclose(spec.mixture, want_S[None], rtol=1e-6)
-  w_NxS = simulate.simulate(spec, jax.random.key(0), 60).weights
-  np.testing.assert_allclose(w_NxS, np.broadcast_to(want_S, w_NxS.shape), atol=1e-6)
+  run = simulate.simulate(spec, jax.random.key(0), 60)
+  np.testing.assert_allclose(run.weights, np.broadcast_to(want_S, run.weights.shape), atol=1e-6)
+  assert {p["label"] for p in run.phases(spec)} == {"start", "held"}
   # The default is uniform, and a different mixture is a different spec (no stale compilation).
-  c.static_mixture.chat, c.static_mixture.extra_06 = 1.0, 1.0
+  c.mixer.mixture.chat, c.mixer.mixture.extra_06 = 1.0, 1.0
   uniform = curriculum.spec_from_config(c)
-  np.testing.assert_allclose(uniform.mixture, np.full((1, 16), 1 / 16), rtol=1e-6)
+  np.testing.assert_allclose(simulate.simulate(uniform, jax.random.key(0), 20).weights, 1 / 16,
+                             atol=1e-6)
   assert uniform != spec
 
 
@@ -254,8 +314,7 @@ def test_a_mixture_per_geometry_is_a_mixture_schedule():
   and a mixture the floor binds: the projection keeps the floor and scales the rest (worked out
   here). Held at every step of a simulated run, the phases cut at the boundaries."""
   from andrea_jax.curriculum import geometry, simulate
-  c = curriculum.curriculum_config()
-  c.strategy = "static"
+  c = curriculum.curriculum_config(mixer="static")
   c.geometries = ml_collections.ConfigDict({
       "proxy": geometry("proxy", 0, mixture={"chat": 3, "dictionary": 2}),
       "plain": geometry("plain", 300),
@@ -263,7 +322,8 @@ def test_a_mixture_per_geometry_is_a_mixture_schedule():
       "floored": geometry("floored", 600, floors={"extra-01": 0.5}, mixture={"chat": 15.0}),
   })
   spec = curriculum.spec_from_config(c)
-  assert spec.held.tolist() == [True, True, True]   # static: every geometry held
+  # The run's static mixer (uniform) holds "plain"; each own mixture is a static mixer of its own.
+  assert spec.geometry_mixers.tolist() == [1, 0, 2] and len(spec.mixers) == 3
   proxy_S = np.array([3.0 if s == "chat" else 2.0 if s == "dictionary" else 1.0
                       for s in SOURCES]) / 19
   # Projection onto {w_extra01 >= 0.5, sum 1}: the mixture (1/2 chat, 1/30 others) minus a
@@ -287,8 +347,7 @@ def test_a_geometry_mixture_keeps_its_ratios_inside_the_region():
   here)."""
   from andrea_jax.curriculum import geometry, simulate
   three = ("hermes3-general", "hermes3-creative", "chat")
-  c = curriculum.curriculum_config()
-  c.strategy = "static"
+  c = curriculum.curriculum_config(mixer="static")
   c.geometries = ml_collections.ConfigDict({
       "three": geometry("three", 0, only=three,
                         mixture={"hermes3-general": 3, "hermes3-creative": 2}),
@@ -314,8 +373,7 @@ def test_a_geometry_mixture_is_overridable_on_the_command_line(tmp_path):
       "  c = ml_collections.ConfigDict()\n"
       "  c.curriculum = curriculum_config(ml_collections.ConfigDict({\n"
       "      'proxy': geometry('proxy', 0, mixture={'chat': 3}),\n"
-      "      'cooldown': geometry('cooldown', 100)}))\n"
-      "  c.curriculum.strategy = 'static'\n"
+      "      'cooldown': geometry('cooldown', 100)}), mixer='static')\n"
       "  return c\n")
   argv = ["prog", f"--config={cfg_file}",
           "--config.curriculum.geometries.proxy.mixture.chat=5",
@@ -326,8 +384,10 @@ def test_a_geometry_mixture_is_overridable_on_the_command_line(tmp_path):
   fv(argv)
   spec = curriculum.spec_from_config(fv.config.curriculum)
   want_S = np.array([5.0 if s == "chat" else 0.0 if s == "extra-06" else 1.0 for s in SOURCES])
-  np.testing.assert_allclose(spec.mixture[0], want_S / 19, rtol=1e-6)
-  np.testing.assert_allclose(spec.mixture[1], 1 / 16, rtol=1e-6)
+  from andrea_jax.curriculum import simulate
+  w_NxS = simulate.simulate(spec, jax.random.key(0), 120).weights
+  np.testing.assert_allclose(w_NxS[:100], np.broadcast_to(want_S / 19, (100, 16)), atol=1e-6)
+  np.testing.assert_allclose(w_NxS[100:], 1 / 16, atol=1e-6)
 
 
 def test_a_mixture_the_region_cannot_hold_is_refused():
@@ -340,57 +400,42 @@ def test_a_mixture_the_region_cannot_hold_is_refused():
   with pytest.raises(ValueError, match=r"curriculum.geometries.b.mixture gives no weight to any "
                      r"source geometry 'b' allows \(chat, oasst\)"):
     geometry("b", 0, only=("chat", "oasst"), mixture={"chat": 0, "oasst": 0})
-  # The same for curriculum.static_mixture under the static strategy, region by region.
-  c = curriculum.curriculum_config(curriculum.andrea_geometries(2000, 0.01))
-  c.strategy = "static"
-  for key in c.static_mixture.keys():
-    c.static_mixture[key] = 0.0
-  c.static_mixture.dictionary = 1.0     # not one of v2_warmup's seven sources
-  with pytest.raises(ValueError, match=r"curriculum.static_mixture gives no weight to any source "
+  # The same for the static mixer's mixture, region by region.
+  c = curriculum.curriculum_config(curriculum.andrea_geometries(2000, 0.01), mixer="static")
+  for key in c.mixer.mixture.keys():
+    c.mixer.mixture[key] = 0.0
+  c.mixer.mixture.dictionary = 1.0     # not one of v2_warmup's seven sources
+  with pytest.raises(ValueError, match=r"curriculum.mixer.mixture gives no weight to any source "
                      r"geometry 'v2_warmup' allows"):
     curriculum.spec_from_config(c)
 
 
-def test_a_static_mixture_on_another_strategy_is_refused():
-  """``curriculum.static_mixture`` other than uniform would be ignored by a mixer: an error."""
-  c = curriculum.curriculum_config()
-  c.static_mixture.chat = 3.0
-  with pytest.raises(ValueError, match=r"curriculum.static_mixture is set, but only strategy "
-                     r"'static' holds it \(a mixer holds a geometry's own mixture only\); "
-                     r"curriculum.strategy is 'andrea'"):
-    curriculum.spec_from_config(c)
-  c.static_mixture.chat = 1.0           # uniform (the default): nothing is ignored
-  curriculum.spec_from_config(c)
-
-
 @pytest.mark.parametrize("strategy", ["andrea", "bandit_only", "random_only", "exp3", "elastic"])
-def test_a_geometry_mixture_is_held_under_any_strategy(strategy):
+def test_a_geometry_mixture_is_held_under_any_mixer(strategy):
   """A proxy-style mixture (chat 3, the 15 others 1: 3/18 and 1/18) for the first 100 steps, then
-  the full simplex: the mixture holds exactly until the boundary, every phase there is fixed, and
-  the strategy's own phases (never fixed) decide everything after it."""
+  the full simplex: the mixture holds exactly until the boundary, every phase there is the start
+  or held, and the mixer's own phases decide everything after it."""
   from andrea_jax.curriculum import geometry, simulate
-  c = curriculum.curriculum_config()
-  c.strategy = strategy
+  c = curriculum.curriculum_config(mixer=strategy)
   c.geometries = ml_collections.ConfigDict({"proxy": geometry("proxy", 0, mixture={"chat": 3}),
                                             "free": geometry("free", 100)})
   spec = curriculum.spec_from_config(c)
-  assert spec.held.tolist() == [True, False]
+  assert spec.geometry_mixers.tolist() == [1, 0]   # a static mixer of chat 3, then the run's
   want_S = np.array([3.0 if s == "chat" else 1.0 for s in SOURCES]) / 18
   run = simulate.simulate(spec, jax.random.key(0), 300)
   np.testing.assert_allclose(run.weights[:100], np.broadcast_to(want_S, (100, 16)), atol=1e-6)
-  assert (run.kinds[:100] == curriculum.KIND_FIXED).all()
-  mixer_kinds = {"andrea": {curriculum.KIND_RANDOM, curriculum.KIND_BANDIT},
-                 "bandit_only": {curriculum.KIND_BANDIT}, "random_only": {curriculum.KIND_RANDOM},
-                 "exp3": {curriculum.KIND_EXP3}, "elastic": {curriculum.KIND_ELASTIC}}[strategy]
-  assert set(run.kinds[100:].tolist()) <= mixer_kinds
+  labels = lambda rows: {spec.labels[i] for i in rows.tolist()}
+  assert labels(run.labels[:100]) <= {"start", "held"}
+  mixer_labels = {"andrea": {"random", "bandit"}, "bandit_only": {"bandit"},
+                  "random_only": {"random"}, "exp3": {"exp3"}, "elastic": {"elastic"}}[strategy]
+  assert labels(run.labels[100:]) <= mixer_labels
   assert np.abs(run.weights[100:] - want_S).sum(axis=1).max() > 1e-3   # the mixer moved
 
 
 def test_a_held_first_geometry_starts_the_run_on_its_mixture():
   """Phase 0 (decided before any step) is the first geometry's own mixture under a mixer too."""
   from andrea_jax.curriculum import geometry
-  c = curriculum.curriculum_config()
-  c.strategy = "elastic"
+  c = curriculum.curriculum_config(mixer="elastic")
   c.geometries = ml_collections.ConfigDict({"proxy": geometry("proxy", 0, mixture={"chat": 0}),
                                             "free": geometry("free", 100)})
   w_S = curriculum.weights_at(curriculum.schedule(
@@ -409,8 +454,7 @@ def test_a_bad_geometry_mixture_names_the_field(mixture, message):
   with pytest.raises((ValueError, TypeError), match=message):
     geometry("proxy", 0, mixture=mixture)
   # Set in a config file's dict directly, spec_from_config says the same.
-  c = curriculum.curriculum_config()
-  c.strategy = "static"
+  c = curriculum.curriculum_config(mixer="static")
   c.geometries = ml_collections.ConfigDict({"proxy": geometry("proxy", 0)})
   with c.unlocked():
     c.geometries.proxy.mixture = ml_collections.ConfigDict(
@@ -420,39 +464,21 @@ def test_a_bad_geometry_mixture_names_the_field(mixture, message):
 
 
 @pytest.mark.parametrize("value, message", [
-    (-1.0, r"curriculum.static_mixture.chat = -1.0 is negative"),
-    (float("nan"), r"curriculum.static_mixture.chat must be finite"),
+    (-1.0, r"curriculum.mixer.mixture.chat = -1.0 is negative"),
+    (float("nan"), r"curriculum.mixer.mixture.chat must be finite"),
 ])
 def test_static_mixture_rejects_bad_weights(value, message):
-  c = curriculum.curriculum_config()
+  c = curriculum.curriculum_config(mixer="static")
   with c.unlocked():
-    c.static_mixture.chat = value
+    c.mixer.mixture.chat = value
   with pytest.raises((ValueError, TypeError), match=message):
     curriculum.spec_from_config(c)
-  c = curriculum.curriculum_config()
-  for key in c.static_mixture.keys():
-    c.static_mixture[key] = 0.0
-  with pytest.raises(ValueError, match=r"curriculum.static_mixture: every weight is 0"):
+  c = curriculum.curriculum_config(mixer="static")
+  for key in c.mixer.mixture.keys():
+    c.mixer.mixture[key] = 0.0
+  with pytest.raises(ValueError, match=r"curriculum.mixer.mixture: every weight is 0"):
     curriculum.spec_from_config(c)
   with c.unlocked():
-    c.static_mixture.nonsense = 1.0
-  with pytest.raises(ValueError, match=r"unknown source 'nonsense' in curriculum.static_mixture"):
+    c.mixer.mixture.nonsense = 1.0
+  with pytest.raises(ValueError, match=r"unknown source 'nonsense' in curriculum.mixer.mixture"):
     curriculum.spec_from_config(c)
-
-
-def test_a_source_spelt_two_ways_must_agree():
-  # The builder lists every source by its key (hermes3_general); a name (hermes3-general) set
-  # beside it is the same source: 0.0 there must not silently lose to the key's 0.7.
-  c = curriculum.curriculum_config(curriculum.andrea_geometries())
-  c.geometries.v3_polish.floors["hermes3-general"] = 0.0
-  with pytest.raises(ValueError, match=r"curriculum.geometries.v3_polish.floors gives "
-                                       r"'hermes3-general' twice: hermes3-general = 0.0 and "
-                                       r"hermes3_general = 0.7"):
-    curriculum.spec_from_config(c)
-  c.geometries.v3_polish.floors["hermes3-general"] = 0.7   # the same value twice is one floor
-  assert curriculum.spec_from_config(c).lowers[2][_idx("hermes3-general")] == 0.7
-
-
-def test_an_empty_only_is_refused():
-  with pytest.raises(ValueError, match=r"only of geometry 'g' lists no source"):
-    curriculum.geometry("g", 0, only=[])

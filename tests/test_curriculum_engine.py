@@ -19,8 +19,8 @@ _metrics = jax.jit(curriculum.metrics)
 def _spec(**fields):
   c = curriculum.curriculum_config()
   for k, v in fields.items():
-    if k.startswith("bandit_"):
-      c.bandit[k[len("bandit_"):]] = v
+    if k.startswith("mixer_"):
+      c.mixer[k[len("mixer_"):]] = v
     else:
       c[k] = v
   return curriculum.spec_from_config(c)
@@ -109,8 +109,7 @@ def test_metrics_describe_the_current_phase(andrea_run):
     m = _metrics(spec, states[t])
     assert int(m["geometry"]) == np.searchsorted(spec.starts, t, side="right") - 1
     assert int(m["phase_start"]) <= t < int(m["next_decision"]) + spec.decision_lag + 1
-    assert int(m["phase_kind"]) in (curriculum.KIND_RANDOM, curriculum.KIND_BANDIT,
-                                    curriculum.KIND_FIXED)
+    assert spec.labels[int(m["phase_label"])] in ("random", "bandit", "start")
     np.testing.assert_array_equal(m["weights"], used[t])
     for k in ("ucb", "bandit_mean", "bandit_count", "reward", "progress"):
       assert m[k].shape == (16,) and np.all(np.isfinite(m[k])), k
@@ -207,16 +206,16 @@ def test_wrong_shapes_are_refused_naming_the_shape():
 
 @pytest.mark.slow
 def test_pivot_discounts_the_bandit():
-  runs = {d: _run(_spec(bandit_pivot_discount=d), 240)[2] for d in (1.0, 0.25, 0.0)}
+  runs = {d: _run(_spec(mixer_pivot_discount=d), 240)[2] for d in (1.0, 0.25, 0.0)}
   # The decision of the first firehose phase is the one after which slot 1 holds geometry 1.
   pivot_t = next(t for t in range(1, 240) if int(runs[1.0][t].geometries[1]) == 1
                  and int(runs[1.0][t - 1].geometries[1]) == 0)
-  counts = {d: np.asarray(r[pivot_t].mixer.counts) for d, r in runs.items()}
+  counts = {d: np.asarray(r[pivot_t].mixer[0].counts) for d, r in runs.items()}
   assert np.any(counts[1.0] > 0)
   np.testing.assert_array_equal(counts[0.25], 0.25 * counts[1.0])  # same path until then
   np.testing.assert_array_equal(counts[0.0], 0.0)                  # 0 resets
-  np.testing.assert_array_equal(runs[0.25][pivot_t - 1].mixer.counts,
-                                runs[1.0][pivot_t - 1].mixer.counts)
+  np.testing.assert_array_equal(runs[0.25][pivot_t - 1].mixer[0].counts,
+                                runs[1.0][pivot_t - 1].mixer[0].counts)
 
 
 def test_state_is_a_plain_pytree_for_checkpoints(andrea_run):

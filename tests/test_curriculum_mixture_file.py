@@ -23,15 +23,15 @@ def _write(tmp_path, content, name="fit.json"):
 
 
 def test_a_schedule_holds_each_mixture_for_its_part(tmp_path):
-  """3:1:0 for the first 40% of 100 steps, then the strategy's (static: uniform) mixture."""
+  """3:1:0 for the first 40% of 100 steps, then the mixer's (static: uniform) mixture."""
   path = tmp_path / "fit.json"
   write_mixture_file(path, [(0.0, {"code": 3, "docs": 1}), (0.4, None)], SOURCES, fitted_on="x")
   assert json.loads(path.read_text())["fitted_on"] == "x"
   c = curriculum.curriculum_config(read_mixture_file(path, num_steps=100, sources=SOURCES),
-                                  sources=SOURCES)
-  c.strategy = "static"
+                                  sources=SOURCES, mixer="static")
   spec = curriculum.spec_from_config(c, sources=SOURCES)
-  assert spec.starts.tolist() == [0, 40] and spec.held.tolist() == [True, True]
+  assert spec.starts.tolist() == [0, 40] and spec.geometry_mixers.tolist() == [1, 0]
+  assert spec.mixer_name == "static"
   run = simulate.simulate(spec, jax.random.key(0), 100)
   np.testing.assert_allclose(run.weights[:40], np.broadcast_to([0.75, 0.25, 0.0], (40, 3)),
                              atol=1e-6)
@@ -42,10 +42,9 @@ def test_a_part_without_a_mixture_is_the_mixers(tmp_path):
   path = _write(tmp_path, {"schedule": [{"start_step": 0, "mixture": {"docs": 1}},
                                         {"start_step": 50}]})
   c = curriculum.curriculum_config(read_mixture_file(path, num_steps=100, sources=SOURCES),
-                                  sources=SOURCES)
-  c.strategy = "elastic"
+                                  sources=SOURCES, mixer="elastic")
   spec = curriculum.spec_from_config(c, sources=SOURCES)
-  assert spec.held.tolist() == [True, False]
+  assert spec.geometry_mixers.tolist() == [1, 0] and spec.mixers[1].labels == ("held",)
 
 
 def test_weights_per_geometry_keep_the_geometries(tmp_path):
@@ -64,10 +63,11 @@ def test_the_experiment_trains_under_the_file(tmp_path):
                                         {"start": 0.5}]})
   c = load_config_file(f"{REPO / 'experiments' / 'mixture_file.py'}:{path}")
   spec = curriculum.spec_from_config(c.curriculum, sources=c.sources)
-  assert c.curriculum.strategy == "static" and spec.starts.tolist() == [0, 500]
+  assert c.curriculum.mixer.name == "static" and spec.starts.tolist() == [0, 500]
   want = np.zeros(6)
   want[[spec.sources.index("reference"), spec.sources.index("notes")]] = 0.5
-  np.testing.assert_allclose(spec.mixture[0], want)
+  w_S = curriculum.weights_at(curriculum.schedule(curriculum.init(spec, jax.random.key(0))), 0)
+  np.testing.assert_allclose(w_S, want, atol=1e-7)
 
 
 @pytest.mark.parametrize("content, message", [

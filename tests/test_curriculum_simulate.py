@@ -63,8 +63,8 @@ def test_phases_are_uniform_in_7_42_and_never_straddle_a_pivot(andrea_200k):
   counts = np.bincount(body[~near] - 7, minlength=36)
   assert stats.chisquare(counts).pvalue > 1e-3
   assert len(phases) == pytest.approx(200_000 / 24.5, rel=0.03)
-  kinds = [p["kind"] for p in phases]
-  assert kinds.count("random") / len(kinds) == pytest.approx(0.25, abs=0.02)   # curriculum.random_share
+  kinds = [p["label"] for p in phases]
+  assert kinds.count("random") / len(kinds) == pytest.approx(0.25, abs=0.02)   # curriculum.mixer.random_share
 
 
 def _one_region_spec(**fields):
@@ -73,9 +73,11 @@ def _one_region_spec(**fields):
   g.region = curriculum.geometry("region", 0, floors={"hermes3-general": 0.2},
                                  ceilings={"chat": 0.3})
   c.geometries = g
+  if "mixer" in fields:
+    c.mixer = curriculum.mixer_config(fields.pop("mixer"))
   for k, v in fields.items():
-    if k.startswith("bandit_"):
-      c.bandit[k[len("bandit_"):]] = v
+    if k.startswith("mixer_"):
+      c.mixer[k[len("mixer_"):]] = v
     else:
       c[k] = v
   return curriculum.spec_from_config(c)
@@ -102,7 +104,7 @@ def test_bandit_concentrates_on_the_best_source_within_the_region():
   rates = np.full(16, 1.5e-7)
   rates[::2] = 1e-7
   rates[SOURCES.index("chat")], rates[9] = 5e-7, 4e-7
-  spec = _one_region_spec(strategy="bandit_only", bandit_discount=1.0)
+  spec = _one_region_spec(mixer="bandit_only", mixer_discount=1.0)
   r = sim.simulate(spec, jax.random.key(1), 4000, _linear_model(rates))
   best, w_best = _best_value(spec, rates)
   np.testing.assert_allclose(w_best[[H, SOURCES.index("chat"), 9]], [0.2, 0.3, 0.5], atol=1e-9)
@@ -121,7 +123,7 @@ def test_bandit_follows_an_abrupt_switch():
   r = sim.simulate(spec, jax.random.key(0), 4000, _linear_model(rates, after, 2000, noise=0.02))
   phases = r.phases(spec)
   starts = np.array([p["start"] for p in phases])
-  bandit = np.array([p["kind"] == "bandit" for p in phases])
+  bandit = np.array([p["label"] == "bandit" for p in phases])
   w = r.weights[starts]                                           # one row per phase
   before = bandit & (starts < 2000) & (starts >= 1000)
   assert w[before, 9].mean() > 0.4 > 5 * w[before, 12].mean()
@@ -155,13 +157,12 @@ def test_resume_gives_the_identical_path():
 
 @pytest.mark.parametrize("strategy", ["static", "random_only", "bandit_only"])
 def test_strategies(strategy):
-  c = curriculum.curriculum_config()
-  c.strategy = strategy
-  spec = curriculum.spec_from_config(c)
+  spec = curriculum.spec_from_config(curriculum.curriculum_config(mixer=strategy))
   r = sim.simulate(spec, jax.random.key(0), 2000)
-  kinds = {p["kind"] for p in r.phases(spec)[1:]}
+  assert r.phases(spec)[0]["label"] == "start"
+  kinds = {p["label"] for p in r.phases(spec)[1:]}
   if strategy == "static":
-    assert kinds == {"fixed"}
+    assert kinds == {"held"}
     # The projection of the uniform mixture: 1/16 each in the firehose; in the polish
     # hermes3-general sits on its 0.7 floor and the 13 other allowed sources share 0.3 equally.
     np.testing.assert_allclose(r.weights[300:1126], 1 / 16, rtol=1e-6)
@@ -182,7 +183,7 @@ def test_command_line_writes_the_run(tmp_path):
   phases = json.loads((tmp_path / "phases.json").read_text())
   assert sum(p["length"] for p in phases) == 2000
   assert {p["geometry"] for p in phases} == {"v2_warmup"}
-  assert set(phases[0]) == {"phase", "start", "length", "kind", "geometry"}
+  assert set(phases[0]) == {"phase", "start", "length", "label", "geometry"}
   assert json.loads((tmp_path / "sources.json").read_text()) == list(SOURCES)
   for png in ("weights.png", "triangle.png"):
     assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -202,9 +203,8 @@ def test_seed_triangle_of_a_static_run_with_its_own_mixture():
   """The CLI draws the seed's triangle from the run's curriculum section: a run whose static mixture
   names its own sources (chat 3) still gets the example, holding uniform (1/3 each) projected onto
   ``H >= 0.5``: (0.5, 0.25, 0.25)."""
-  c = curriculum.curriculum_config()
-  c.strategy = "static"
-  c.static_mixture.chat = 3.0
+  c = curriculum.curriculum_config(mixer="static")
+  c.mixer.mixture.chat = 3.0
   spec = sim.seed_triangle_spec(c)
   r = sim.simulate(spec, jax.random.key(0), 50)
   np.testing.assert_allclose(r.weights, np.broadcast_to([0.5, 0.25, 0.25], (50, 3)), atol=1e-6)

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from andrea_jax.data import DataError, chat, train_bpe
+from andrea_jax.data import DataError, chat, chat_files, train_bpe
 from andrea_jax.data import chat_templates as ct
 
 CHATML_JINJA = (  # the ChatML template of many tokenizer configurations (e.g. Hermes 3, SmolLM2)
@@ -41,7 +41,8 @@ def test_role_content_and_from_value_shapes_normalise_alike():
   sharegpt = [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Yo", "weight": 1.0}]
   want = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]
   assert chat.normalize_messages(openai) == want
-  assert chat.normalize_messages(sharegpt) == want
+  # Fields other than the role and the content are passed on, as apply_chat_template does.
+  assert chat.normalize_messages(sharegpt) == [want[0], {**want[1], "weight": 1.0}]
   # Arrow fills the other shape's keys with None: still the same conversation.
   mixed = [{"role": None, "content": None, "from": "human", "value": "Hi"},
            {"role": "assistant", "content": "Yo", "from": None, "value": None}]
@@ -111,7 +112,7 @@ def _hf_tokenizer_dir(tmp_path, template, **special):
 def test_jinja_template_renders_as_transformers_apply_chat_template(tmp_path, template, special):
   transformers = pytest.importorskip("transformers")
   directory = _hf_tokenizer_dir(tmp_path, template, **special)
-  tmpl = ct.load_chat_template(str(directory / "tokenizer_config.json"))
+  tmpl = chat_files.load_chat_template(str(directory / "tokenizer_config.json"))
   assert tmpl.name.startswith("jinja:")
   reference = transformers.AutoTokenizer.from_pretrained(str(directory))
   for messages in (CONVERSATION[1:], [CONVERSATION[1], CONVERSATION[2]] * 3):
@@ -125,7 +126,7 @@ def test_jinja_template_renders_as_transformers_apply_chat_template(tmp_path, te
 
 def test_jinja_raise_exception_is_a_conversation_error(tmp_path):
   directory = _hf_tokenizer_dir(tmp_path, ALTERNATING_JINJA, bos_token="<s>", eos_token="</s>")
-  tmpl = ct.load_chat_template(str(directory))
+  tmpl = chat_files.load_chat_template(str(directory))
   with pytest.raises(chat.ConversationError, match="roles must alternate"):
     ct.render_chat(tmpl, [{"role": "assistant", "content": "first"}])
 
@@ -139,16 +140,16 @@ def test_named_templates_and_markers_from_the_configuration(tmp_path):
                                                 "<|unused|>", "\n"])}}
   path = tmp_path / "tokenizer_config.json"
   path.write_text(json.dumps(config))
-  default = ct.load_chat_template(str(path))
+  default = chat_files.load_chat_template(str(path))
   # The added tokens the template writes, and eos_token (named in it); not <|unused|> nor "\n".
   assert default.markers == ("</s>", "<|assistant|>", "<|system|>", "<|user|>")
   assert default.tokens == (("eos_token", "</s>"),)
-  tool = ct.load_chat_template(f"{path}::tool_use")
+  tool = chat_files.load_chat_template(f"{path}::tool_use")
   assert tool.source == CHATML_JINJA and tool.fingerprint != default.fingerprint
   with pytest.raises(DataError, match=r"no chat template named 'nope' \(has \['default', "):
-    ct.load_chat_template(f"{path}::nope")
+    chat_files.load_chat_template(f"{path}::nope")
   with pytest.raises(DataError, match="neither 'chatml', 'plain'"):
-    ct.load_chat_template(str(tmp_path / "missing.json"))
+    chat_files.load_chat_template(str(tmp_path / "missing.json"))
 
 
 def test_markers_become_single_ids_of_a_bpe_tokenizer(tmp_path):
@@ -172,3 +173,21 @@ def test_markers_become_single_ids_of_a_bpe_tokenizer(tmp_path):
   again = ct.add_chat_tokens(tmp_path / "chat.json", ct.CHATML_MARKERS, tmp_path / "again.json")
   assert again.vocab_size == tok.vocab_size and int(again.encode("<|im_end|>")[0]) == end
   assert np.array_equal(again.encode(text), ids)
+
+
+def test_a_closed_loop_of_parents_is_refused_naming_every_message_of_it():
+  n = chat.TreeNode
+  # x <-> y answer each other (no root); z answers y; a real tree a -> b beside them.
+  nodes = [n("a", None, "user", "A"), n("y", "x", "assistant", "Y"), n("b", "a", "assistant", "B"),
+           n("x", "y", "user", "X"), n("z", "y", "user", "Z")]
+  with pytest.raises(chat.TreeError, match=r"messages \['y', 'x'\] answer one another in a "
+                                           r"closed loop") as e:
+    chat.tree_threads(nodes)
+  assert e.value.index == 1   # the loop's first message in row order
+  # A message that answers itself is a loop of one.
+  with pytest.raises(chat.TreeError, match=r"messages \['s'\] answer one another"):
+    chat.tree_threads([n("s", "s", "user", "S")])
+  # Long chains are walked once each, not once per leaf: 20000 messages, one thread.
+  chain = [n("m0", None, "user", "0")] + [n(f"m{i}", f"m{i - 1}", "user", str(i))
+                                          for i in range(1, 20000)]
+  assert [len(t) for t in chat.tree_threads(chain)] == [20000]

@@ -330,6 +330,9 @@ def test_bad_rows_other_layouts(tmp_path):
        r"'text'", layout="text")
   _bad(tmp_path / "c", [{"body": "x"}], r"has no field 'text' \(fields: \['body'\]\)",
        layout="text")
+  loop = OASST[:2] + [{**OASST[4], "parent_id": "b1"}, OASST[5]]   # p2 <-> b1, no root
+  _bad(tmp_path / "l", loop, r"source 'chat': dataset '.*', split 'train', row 2: messages "
+       r"\['p2', 'b1'\] answer one another in a closed loop", layout="tree")
   orphan = OASST[:4] + [{**OASST[5], "parent_id": "gone"}]
   _bad(tmp_path / "o", orphan, r"row 4: message 'b1' answers parent 'gone', which is not in the "
        r"split \(a tree whose parent is missing\)", layout="tree")

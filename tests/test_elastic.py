@@ -25,20 +25,21 @@ def test_params_are_validated():
     elastic.ElasticParams(forget=math.nan)
   with pytest.raises(TypeError, match="elastic.forget must be a number, got True"):
     elastic.ElasticParams(forget=True)
-  c = curriculum.curriculum_config()
-  c.elastic.uniform_mix = -0.25
-  with pytest.raises(ValueError, match=r"elastic.uniform_mix must be in \[0, 1\], got -0.25"):
+  c = curriculum.curriculum_config(mixer="elastic")
+  c.mixer.uniform_mix = -0.25
+  with pytest.raises(ValueError,
+                     match=r"curriculum.mixer.uniform_mix must be in \[0, 1\], got -0.25"):
     curriculum.spec_from_config(c)
-  c = curriculum.curriculum_config()
-  c.elastic.burnin = 3
-  with pytest.raises(ValueError, match=r"curriculum.elastic has unknown fields \['burnin'\]"):
+  c = curriculum.curriculum_config(mixer="elastic")
+  with c.unlocked():
+    c.mixer.burnin = 3
+  with pytest.raises(ValueError, match=r"curriculum.mixer has fields \['burnin'\] that mixer "
+                                       r"'elastic' does not take"):
     curriculum.spec_from_config(c)
-  c = curriculum.curriculum_config()
-  c.strategy = "elastic"
-  c.elastic.uniform_mix = 0.25
-  spec = curriculum.spec_from_config(c)
-  assert spec.strategy == "elastic"
-  assert spec.mixer is elastic.mixer(elastic.ElasticParams(uniform_mix=0.25))
+  spec = curriculum.spec_from_config(curriculum.curriculum_config(mixer="elastic",
+                                                                  uniform_mix=0.25))
+  assert spec.mixer_name == "elastic"
+  assert dict(spec.mixer_set.keys[0][1]) == {"uniform_mix": 0.25, "burn_in": 100, "forget": 1.0}
 
 
 def _reference_rates(steps, losses, tokens, burn_in, forget):
@@ -167,15 +168,15 @@ def _full_simplex_config(**fields):
 def test_strategy_elastic_through_the_curriculum():
   """Losses ``4 - b_s ln(t + 1)`` on the full simplex: uniform until the burn-in's first phase
   decision, then every phase is ``mu / 16 + (1 - mu) b / sum b`` (worked out from ``b``)."""
-  c = _full_simplex_config(strategy="elastic")
-  c.elastic.update(uniform_mix=0.5, burn_in=50, forget=1.0)
+  c = _full_simplex_config(mixer=curriculum.mixer_config("elastic", uniform_mix=0.5, burn_in=50,
+                                                        forget=1.0))
   spec = curriculum.spec_from_config(c)
   b = np.linspace(0.05, 0.8, 16)
   used, state = _drive(spec, 300, lambda t: 4.0 - b * math.log1p(t))
   np.testing.assert_allclose(used[:50], 1 / 16, rtol=1e-5)
   expected = 0.5 / 16 + 0.5 * b / b.sum()
   np.testing.assert_allclose(used[150:], np.broadcast_to(expected, used[150:].shape), atol=2e-4)
-  assert int(state.kinds[1]) == curriculum.KIND_ELASTIC
+  assert spec.labels[int(state.labels[1])] == "elastic"
   m = curriculum.metrics(spec, state)
   np.testing.assert_allclose(m["log_rate"], b, rtol=1e-3)
 
@@ -184,8 +185,7 @@ def test_strategy_elastic_respects_the_region():
   """Under ANDREA's polish region (hermes3-general >= 0.7, repo-docs* excluded, dictionary <=
   0.25) the elastic mixture is projected: the floors and exclusions hold on every step."""
   c = curriculum.curriculum_config(curriculum.single_geometry(
-      curriculum.andrea_geometries(2000, 0.01), "v3_polish"))
-  c.strategy = "elastic"
+      curriculum.andrea_geometries(2000, 0.01), "v3_polish"), mixer="elastic")
   spec = curriculum.spec_from_config(c)
   b = np.linspace(0.05, 0.8, 16)
   used, _ = _drive(spec, 250, lambda t: 4.0 - b * math.log1p(t))

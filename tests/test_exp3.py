@@ -32,15 +32,16 @@ def test_params_are_validated():
     exp3.Exp3Params(lr_scale=-0.5)
   with pytest.raises(TypeError, match="exp3.lr_scale must be a number, got '1'"):
     exp3.Exp3Params(lr_scale="1")
-  c = curriculum.curriculum_config()
-  c.exp3.smoothing = float("nan")
-  with pytest.raises(ValueError, match="exp3.smoothing must be finite, got nan"):
+  c = curriculum.curriculum_config(mixer="exp3")
+  c.mixer.smoothing = float("nan")
+  with pytest.raises(ValueError, match="curriculum.mixer.smoothing must be finite, got nan"):
     curriculum.spec_from_config(c)
-  c = curriculum.curriculum_config()
-  c.strategy = "exp3"
-  c.exp3.lr_scale = 0.1
+  c.mixer.smoothing = 1.0
+  with pytest.raises(ValueError, match=r"curriculum.mixer.smoothing must be in \[0, 1\), got 1.0"):
+    curriculum.spec_from_config(c)
+  c = curriculum.curriculum_config(mixer="exp3", lr_scale=0.1)
   spec = curriculum.spec_from_config(c)
-  assert spec.strategy == "exp3" and spec.mixer is exp3.mixer(exp3.Exp3Params(lr_scale=0.1))
+  assert spec.mixer_name == "exp3" and dict(spec.mixer_set.keys[0][1])["lr_scale"] == 0.1
 
 
 def test_reward_bookkeeping_by_hand(maybe_jit):
@@ -137,8 +138,7 @@ def test_concentrates_on_the_best_arm_of_a_stationary_problem():
 
 
 def _spec(**fields):
-  c = curriculum.curriculum_config()
-  c.strategy = "exp3"
+  c = curriculum.curriculum_config(mixer="exp3")
   for k, v in fields.items():
     c[k] = v
   return curriculum.spec_from_config(c)
@@ -174,12 +174,12 @@ def test_strategy_exp3_through_the_curriculum():
   assert np.all(used[1126:, polish_out] == 0)                 # polish: repo-docs* excluded
   assert np.all(used[1126:, SOURCES.index("hermes3-general")] >= 0.7 - 1e-6)
   assert np.all(used[1126:, SOURCES.index("dictionary")] <= 0.25 + 1e-6)
-  assert int(state.kinds[1]) == curriculum.KIND_EXP3
+  assert spec.labels[int(state.labels[1])] == "exp3"
   # Firehose, late: the high-loss source is the heaviest, above the uniform 1/16.
   late = used[900:1100]
   assert np.all(late.argmax(axis=1) == hot) and late[:, hot].min() > 1 / 16
   # The statistics saw every step (M counts steps with tokens).
-  assert int(state.mixer.steps) == 1300
+  assert int(state.mixer[0].steps) == 1300
 
 
 def test_a_tiny_weight_with_tokens_keeps_every_number_finite():

@@ -5,6 +5,7 @@ functions included), so a lazy import counts as an edge like any other.
 """
 
 import ast
+import re
 import pathlib
 
 import pytest
@@ -15,12 +16,13 @@ PACKAGE = REPO / "andrea_jax"
 
 # The layers, lowest first: a module may import its own layer and the layers below, never above.
 LAYERS = (
-    {"sources", "attention", "model", "simplex", "bandit", "heads", "optim", "repetition",
-     "storage", "xent"},
-    {"curriculum", "data", "cliff", "generate", "convert", "sharding", "distributed", "launch",
-     "workdir"},
+    {"sources", "attention", "model", "simplex", "heads", "optim", "repetition", "storage",
+     "signals", "xent"},
+    {"curriculum", "data", "cliff", "generate", "convert", "sharding", "distributed", "workdir",
+     "target_gain"},
     {"step"},
-    {"runconfig", "config", "checkpoint", "feed", "logs", "plots", "evaluate", "viz"},
+    {"runconfig", "config", "checkpoint", "feed", "logs", "plots", "evaluate", "viz", "resume",
+     "rundir"},
     {"train", "ablation", "terrain"},
     {"main"},
 )
@@ -156,3 +158,40 @@ def test_no_function_of_the_package_is_over_80_lines():
         if n > 80:
           long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({n} lines)")
   assert not long, "\n".join(long)
+
+
+def test_the_trainer_reads_like_one_loop():
+  """``train.py`` keeps to the loop and its set-up (about 300 lines): the resume policy, the
+  signals, the run directory and the log records live in modules of their own."""
+  lines = len((PACKAGE / "train.py").read_text().splitlines())
+  assert lines <= 330, f"andrea_jax/train.py has {lines} lines"
+  text = (PACKAGE / "train.py").read_text()
+  for moved in ("RESUME_FREE", "def config_changes", "class _Signals", "def cliff_message",
+                "def step_record", "def make_workdir"):
+    assert moved not in text, moved
+
+
+# Modules below the command line: they take the typed Run, never the ConfigDict's sections.
+_BELOW_THE_COMMAND_LINE = ("train.py", "evaluate.py", "feed.py", "rundir.py", "resume.py",
+                           "logs.py", "step.py")
+
+
+@pytest.mark.parametrize("name", _BELOW_THE_COMMAND_LINE)
+def test_no_raw_config_reads_below_the_command_line(name):
+  """``config.<section>.<field>`` is read once, by ``runconfig.build``; below it, ``run.train``,
+  ``run.eval``, ``run.data`` and the rest of the typed ``Run``."""
+  text = (PACKAGE / name).read_text()
+  found = re.findall(r"(?<![\w.-])config\.(?:train|eval|data|optim|model|curriculum|mesh|seed|"
+                     r"cliff)\b",
+                     text)
+  assert not found, f"andrea_jax/{name}: {sorted(set(found))}"
+
+
+def test_every_temporary_file_write_goes_through_storage():
+  """A file written whole or not at all is ``storage.atomic_write`` or ``storage.AtomicFile``:
+  no module renames a temporary file into place itself. (The lock's takeover renames the lock
+  file aside, and the cache renames a finished directory: neither is a file write.)"""
+  allowed = {"storage.py", "workdir.py", "cache.py"}
+  found = [str(p.relative_to(REPO)) for p in PACKAGE.rglob("*.py")
+           if p.name not in allowed and re.search(r"os\.(replace|rename)\(", p.read_text())]
+  assert not found, found

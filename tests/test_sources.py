@@ -82,11 +82,12 @@ def test_a_geometry_or_mixture_naming_an_undeclared_source_is_refused():
   with pytest.raises(ValueError, match="unknown source 'chat' in curriculum.geometries.all.exclude"):
     runconfig.build(c)
   c.curriculum.geometries.all.exclude = ""
-  with c.curriculum.static_mixture.unlocked():
-    c.curriculum.static_mixture.chat = 2.0
-  with pytest.raises(ValueError, match="unknown source 'chat' in curriculum.static_mixture"):
+  curriculum.set_mixer(c, "static")
+  with c.curriculum.mixer.mixture.unlocked():
+    c.curriculum.mixer.mixture.chat = 2.0
+  with pytest.raises(ValueError, match="unknown source 'chat' in curriculum.mixer.mixture"):
     runconfig.build(c)
-  del c.curriculum.static_mixture["chat"]
+  del c.curriculum.mixer.mixture["chat"]
   with c.data.files.unlocked():
     c.data.files.chat = c.data.files.code
   with pytest.raises(ValueError, match=r"data.files has unknown sources \['chat'\]"):
@@ -126,7 +127,10 @@ def test_with_sources_rebuilds_every_keyed_section():
   assert out.sources == ("chat", "my-code")
   assert sorted(out.data.files.keys()) == ["chat", "my_code"]
   assert out.data.files.chat.paths == "/data/chat/*.jsonl" and out.data.files.my_code.paths == ""
-  assert dict(out.curriculum.static_mixture) == {"chat": 1.0, "my_code": 1.0}
+  assert dict(out.curriculum.mixer) == dict(c.curriculum.mixer)   # no per-source argument
+  curriculum.set_mixer(c, "static", mixture=[3.0 if s == "chat" else 1.0 for s in c.sources])
+  out = with_sources(c, ["chat", "my-code"])
+  assert dict(out.curriculum.mixer.mixture) == {"chat": 3.0, "my_code": 1.0}
   assert list(out.curriculum.geometries.keys()) == ["all"]
   assert c.sources == sources.SOURCES and "my_code" not in c.data.files     # a copy
 

@@ -283,3 +283,48 @@ def test_a_tiny_run_with_the_fused_loss_follows_the_unfused_run():
   fused, unfused = losses(_variant(run, True, True)), losses(_variant(run, False, False))
   assert unfused[0] - unfused[-20:].mean() > 2.0
   np.testing.assert_allclose(fused, unfused, rtol=0, atol=1e-4)
+
+
+def test_loss_weights_are_the_segment_mask_times_the_loss_mask_by_hand(maybe_jit):
+  batch = {"segment_ids": jnp.array([[1, 1, 2, 0], [1, 1, 1, 1]], jnp.int32),
+           "loss_mask": jnp.array([[0, 1, 1, 1], [0, 0, 0, 0]], jnp.uint8)}
+  np.testing.assert_array_equal(maybe_jit(step_lib.loss_weights)(batch),
+                                [[0, 1, 1, 0], [0, 0, 0, 0]])
+  without = {"segment_ids": batch["segment_ids"]}
+  np.testing.assert_array_equal(maybe_jit(step_lib.loss_weights)(without),
+                                [[1, 1, 1, 0], [1, 1, 1, 1]])
+
+
+@pytest.mark.slow
+def test_a_loss_mask_counts_its_targets_only_and_a_row_of_none_counts_zero_not_nan():
+  run = runconfig.build(small_run_config())
+  params = init_params(run.model_config, jax.random.PRNGKey(3))
+  batch = {k: jnp.asarray(v) for k, v in _fixed_batch(np.random.default_rng(3), 4, 32, 257, 16).items()}
+  batch["source_ids"] = jnp.array([0, 5, 5, 9], jnp.int32)
+  mask = np.zeros((4, 32), np.uint8)
+  mask[0, 10:20] = 1       # row 0: ten counted targets; rows 1 and 2 (source 5): none
+  mask[3, :] = 1           # row 3: all
+  masked = dict(batch, loss_mask=jnp.asarray(mask))
+  every, _ = step_lib.token_losses(run.step_config.model, params, batch)
+  l1, g1, loss_S, tokens_S = step_lib.loss_and_grads(run.step_config, params, masked)
+  every = np.asarray(every, np.float64)
+  # By hand: the mean over the 42 counted targets of the unmasked per-token losses.
+  want = (every[0, 10:20].sum() + every[3].sum()) / 42
+  assert float(l1) == pytest.approx(want, rel=1e-6)
+  np.testing.assert_array_equal(np.asarray(tokens_S)[[0, 5, 9]], [10, 0, 32])
+  assert np.asarray(tokens_S).sum() == 42
+  assert np.isfinite(np.asarray(loss_S)).all() and float(loss_S[5]) == 0.0
+  # Every target masked: zero tokens, a loss of 0 and a zero gradient, never a NaN.
+  none = dict(batch, loss_mask=jnp.zeros((4, 32), jnp.uint8))
+  l0, g0, loss_S, tokens_S = step_lib.loss_and_grads(run.step_config, params, none)
+  assert float(l0) == 0.0 and float(np.asarray(tokens_S).sum()) == 0.0
+  assert all(np.isfinite(np.asarray(g)).all() and not np.asarray(g).any()
+             for g in jax.tree.leaves(g0))
+  # Held out: both sums from one pass, the all-token ones those of the batch without a mask.
+  model = run.step_config.model
+  counted = step_lib.eval_losses_all_tokens(model, params, masked, 16)
+  np.testing.assert_allclose(counted[0], step_lib.eval_losses(model, params, masked, 16)[0],
+                             rtol=1e-6)
+  every_S = step_lib.eval_losses(model, params, batch, 16)
+  np.testing.assert_allclose(counted[2], every_S[0], rtol=1e-6)
+  np.testing.assert_array_equal(counted[3], every_S[1])

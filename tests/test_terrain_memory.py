@@ -11,7 +11,7 @@ import pytest
 
 from andrea_jax import config as config_lib
 from andrea_jax import step as step_lib
-from andrea_jax import terrain, train
+from andrea_jax import resume, terrain, train
 from andrea_jax.model import Transformer, init_params, tiny
 from andrea_jax.terrain import budget as budget_lib
 from andrea_jax.terrain import run as terrain_run
@@ -252,7 +252,7 @@ def test_the_budget_is_a_config_field_that_a_resume_may_change():
   assert c.terrain.memory_budget_gib == 0.0   # automatic
   now = c.to_dict()
   before = {k: v for k, v in now.items() if k != "terrain"}   # a run trained before the field
-  assert train.config_changes(before, now) == []
+  assert resume.config_changes(before, now) == []
   changed = dict(now, terrain={"memory_budget_gib": 8.0})
-  assert train.config_changes(changed, now) == []
-  assert train.config_changes(dict(now, seed=1), now) == ["seed: 1 -> 0"]
+  assert resume.config_changes(changed, now) == []
+  assert resume.config_changes(dict(now, seed=1), now) == ["seed: 1 -> 0"]

@@ -16,7 +16,10 @@ import pytest
 
 from andrea_jax import checkpoint as ckpt_lib
 from andrea_jax import config as config_lib
+from andrea_jax import curriculum
 from andrea_jax import logs
+from andrea_jax import resume
+from andrea_jax import rundir
 from andrea_jax import runconfig
 from andrea_jax import step as step_lib
 from andrea_jax import train
@@ -71,7 +74,7 @@ def test_a_workdir_that_cannot_be_one_is_refused_before_training(tmp_path):
   (tmp_path / "run").mkdir()
   (tmp_path / "run" / "checkpoints").write_text("x")
   with pytest.raises(ValueError, match=r"run/checkpoints is a file, not a directory"):
-    train.make_workdir(str(tmp_path / "run"))
+    rundir.make_workdir(str(tmp_path / "run"))
 
 
 def test_processes_holding_unequal_numbers_of_devices_are_refused(monkeypatch):
@@ -325,10 +328,8 @@ def test_signature_is_the_one_callers_use():
   sig = inspect.signature(train.train_and_evaluate)
   P = inspect.Parameter
   assert [(p.name, p.kind) for p in sig.parameters.values()] == [
-      ("config", P.POSITIONAL_OR_KEYWORD), ("workdir", P.POSITIONAL_OR_KEYWORD),
-      ("early_signals", P.KEYWORD_ONLY)]
-  assert sig.parameters["early_signals"].default == ()
-  sig.bind(small_run_config(), "runs/x", early_signals=(15,))
+      ("config", P.POSITIONAL_OR_KEYWORD), ("workdir", P.POSITIONAL_OR_KEYWORD)]
+  sig.bind(small_run_config(), "runs/x")
   # A third positional argument: the signature refuses it, and so does the function itself,
   # before it reads the config.
   with pytest.raises(TypeError):
@@ -339,11 +340,11 @@ def test_signature_is_the_one_callers_use():
 
 def test_annotations_and_metadata_are_the_wrappers():
   f = train.train_and_evaluate
-  assert f.__annotations__ == {"config": "ml_collections.ConfigDict", "workdir": "str",
-                               "early_signals": "Sequence[int]", "return": "dict"}
+  assert f.__annotations__ == {"config": "ml_collections.ConfigDict | runconfig.Run",
+                               "workdir": "str", "return": "dict"}
   assert not hasattr(f, "__wrapped__")
   assert f.__name__ == f.__qualname__ == "train_and_evaluate" and f.__module__ == "andrea_jax.train"
-  assert f.__doc__.startswith("Train (or resume) the run described by ``config``")
+  assert f.__doc__.startswith("Train (or resume) the run ``config`` describes")
 
 
 def test_changes_are_listed_by_field_and_free_fields_are_not():
@@ -354,7 +355,7 @@ def test_changes_are_listed_by_field_and_free_fields_are_not():
              "train": {"num_steps": 100, "stop_step": 0, "log_every": 1},
              "eval": {"every": 5}, "mesh": {"data": 2}, "curriculum": {"prompts": ("a", "b")},
              "cliff": {"window": 3}}
-  assert train.config_changes(saved, current) == [
+  assert resume.config_changes(saved, current) == [
       "cliff.window: (absent) -> 3", "optim.peak_lr: 0.001 -> 0.5", "seed: 0 -> 7"]
 
 
@@ -362,23 +363,23 @@ def test_the_same_config_through_json_has_no_change():
   import json
   c = config_lib.base_config()
   saved = json.loads(json.dumps(c.to_dict()))   # what the checkpoint's meta holds
-  assert train.config_changes(saved, c.to_dict()) == []
-  assert train.config_changes(None, c.to_dict()) == []
-  c.curriculum.eta = 0.25
-  assert train.config_changes(saved, c.to_dict()) == [
-      f"curriculum.eta: {saved['curriculum']['eta']!r} -> 0.25"]
+  assert resume.config_changes(saved, c.to_dict()) == []
+  assert resume.config_changes(None, c.to_dict()) == []
+  c.curriculum.mixer.eta = 0.25
+  assert resume.config_changes(saved, c.to_dict()) == [
+      f"curriculum.mixer.eta: {saved['curriculum']['mixer']['eta']!r} -> 0.25"]
 
 
 def test_a_cliff_names_its_source_and_offers_the_exclusion():
   rec = {"loss": 0.4123, "cliff/source": "repo-docs", "curriculum/geometry": 1}
   names = ("v2_warmup", "v2_firehose", "v3_polish")
-  assert train.cliff_message(rec, 150, names, respond=False) == (
+  assert logs.cliff_message(rec, 150, names, respond=False) == (
       "zombie cliff at step 150: loss 0.412 far below its recent values; source 'repo-docs'; to "
       "exclude it, add it to curriculum.geometries.v2_firehose.exclude and resume, or train with "
       "--config.cliff.respond=True, which excludes what the detector flags")
-  assert train.cliff_message(rec, 150, names, respond=True).endswith(
+  assert logs.cliff_message(rec, 150, names, respond=True).endswith(
       "source 'repo-docs' excluded from the next phase on")
-  assert train.cliff_message({**rec, "cliff/source": None}, 150, names, False).endswith(
+  assert logs.cliff_message({**rec, "cliff/source": None}, 150, names, False).endswith(
       "no source named")
 
 
@@ -395,7 +396,7 @@ def _shared_buffers(state):
 @pytest.mark.parametrize("baseline", ["mixture", "total"])
 def test_every_leaf_of_a_fresh_state_owns_its_buffer(strategy, baseline):
   c = small_run_config(cliff__baseline=baseline, cliff__respond=True)
-  c.curriculum.strategy = strategy
+  curriculum.set_mixer(c, strategy)
   state = train.init_state(runconfig.build(c), train.run_keys(0))
   assert _shared_buffers(state) == []
 

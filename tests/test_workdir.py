@@ -290,3 +290,64 @@ def test_atomic_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, monke
   with pytest.raises(ZeroDivisionError):
     with storage.writing(str(path), lambda: 1 / 0):
       raise ZeroDivisionError
+
+
+def test_a_stale_lock_removed_between_the_look_and_the_rename_is_looked_at_again(tmp_path,
+                                                                                 monkeypatch):
+  """Its holder (or another taker) removes the stale lock just after this process judged it: the
+  rename finds nothing, and the process looks again and takes the free workdir."""
+  done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                        capture_output=True, text=True, check=True)
+  _write_lock(tmp_path, pid=int(done.stdout), token="dead")
+  real_rename = os.rename
+  calls = []
+
+  def removed_first(src, dst):
+    calls.append(src)
+    if len(calls) == 1:
+      os.remove(src)          # gone between the look and the rename
+    return real_rename(src, dst)
+
+  monkeypatch.setattr(workdir_lib.os, "rename", removed_first)
+  lock = workdir_lib.acquire(str(tmp_path), log=lambda line: None)
+  assert calls == [str(tmp_path / "run.lock")]
+  assert json.loads((tmp_path / "run.lock").read_text())["token"] == lock.holder.token
+  lock.release()
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_an_unexpected_error_of_process_0_reaches_the_other_processes(tmp_path, monkeypatch,
+                                                                       index):
+  """Two processes: process 0 fails to take the lock for a reason nobody planned for (a
+  PermissionError reading it, say). It raises that error; the other learns of it from the
+  broadcast, instead of waiting, and stops with WorkdirBusy naming it."""
+  from jax.experimental import multihost_utils
+  sent = []
+
+  def broadcast(x):   # process 0's array reaches everybody
+    if not sent:
+      sent.append(x)
+    return sent[0]
+
+  def fail(*args, **kwargs):
+    raise PermissionError(13, "Permission denied", str(tmp_path / "run.lock"))
+
+  monkeypatch.setattr(workdir_lib.jax, "process_count", lambda: 2)
+  monkeypatch.setattr(multihost_utils, "broadcast_one_to_all", broadcast)
+  monkeypatch.setattr(workdir_lib, "acquire", fail)
+  if index == 1:   # what process 0 broadcast, as process 1 receives it
+    monkeypatch.setattr(workdir_lib.jax, "process_index", lambda: 0)
+    with pytest.raises(PermissionError):
+      with workdir_lib.hold(str(tmp_path)):
+        pass
+    monkeypatch.setattr(workdir_lib.jax, "process_index", lambda: 1)
+    with pytest.raises(workdir_lib.WorkdirBusy, match=r"process 0 could not take the workdir's "
+                                                      r"lock: PermissionError: .*Permission denied"):
+      with workdir_lib.hold(str(tmp_path)):
+        pass
+  else:
+    monkeypatch.setattr(workdir_lib.jax, "process_index", lambda: 0)
+    with pytest.raises(PermissionError, match="Permission denied"):
+      with workdir_lib.hold(str(tmp_path)):
+        pass
+    assert len(sent) == 1 and bytes(sent[0]).rstrip(b"\0").startswith(b"PermissionError")

@@ -7,6 +7,7 @@ import pytest
 
 from andrea_jax import logs
 from andrea_jax import train
+from andrea_jax import curriculum
 from andrea_jax.curriculum import geometry
 from tests.util import small_run_config
 
@@ -32,8 +33,8 @@ def _config():
   g = ml_collections.ConfigDict()
   g.docs = geometry("docs", 0, only=("chat", "extra-05", "repo-docs"))
   c.curriculum.geometries = g
-  c.curriculum.update(strategy="static", phase_min_steps=4, phase_max_steps=MAX_PHASE,
-                      decision_lag=LAG)
+  c.curriculum.update(phase_min_steps=4, phase_max_steps=MAX_PHASE, decision_lag=LAG)
+  curriculum.set_mixer(c, "static")
   c.cliff.update(window=10, warmup=20, cooldown=10, respond=True)
   return c
 

@@ -134,7 +134,7 @@ def init_variants(run: runconfig.Run, optim_cfg: ml_collections.ConfigDict, tota
 
 def default_mixture(run: runconfig.Run) -> np.ndarray:
   """``[S]``: the first phase of the config's curriculum (uniform, or the mixture held in geometry
-  0: strategy ``"static"``'s or the geometry's own, brought into it)."""
+  0: the static mixer's or the geometry's own, brought into it)."""
   state = curriculum.init(run.curriculum_spec, jax.random.PRNGKey(0))
   return np.asarray(curriculum.weights_at(curriculum.schedule(state), 0), np.float64)
 

@@ -3,10 +3,11 @@
   python -m andrea_jax.curriculum --config experiments/andrea_curriculum.py --out runs/sim
 
 Writes ``weights.npy`` (``[N, S]`` float32, the weights used at each step), ``phases.json`` (start,
-length, kind and geometry of each phase), ``sources.json`` (the source order), ``weights.png`` (the
+length, label and geometry of each phase), ``sources.json`` (the source order), ``weights.png`` (the
 mixture as stacked areas, regimes marked) and ``triangle.png`` (a walk on the seed's three-source
 example, ``H >= 0.5``, ``D <= 0.25``, with the same phase and bandit settings). Any config field can
-be overridden, e.g. ``--config.curriculum.eta=0.5`` or
+be overridden, e.g. ``--config.curriculum.mixer.eta=0.5``,
+``--config.curriculum.mixer.name=exp3`` or
 ``--config.curriculum.geometries.v3_polish.floors.hermes3_general=0.6``.
 """
 
@@ -23,6 +24,7 @@ from ml_collections import config_flags
 
 from andrea_jax.curriculum import config as config_lib
 from andrea_jax.curriculum import plots
+from andrea_jax.curriculum import registry
 from andrea_jax.curriculum import simulate as sim
 from andrea_jax.simplex import vertices
 
@@ -54,18 +56,18 @@ def run(config, num_steps: int, out: str, *, triangle_steps: int = 1000, make_pl
   if make_plots:
     plots.plot_weights(result.weights, spec.sources, os.path.join(out, "weights.png"),
                        geometry_starts=spec.starts.tolist(), geometry_names=spec.geometry_names,
-                       title=f"curriculum '{spec.strategy}', {num_steps:,} simulated steps")
+                       title=f"curriculum '{spec.mixer_name}', {num_steps:,} simulated steps")
     if triangle_steps > 0:
       tri = sim.seed_triangle_spec(config.curriculum)
       walk = sim.simulate(tri, key, triangle_steps)
       starts = [p["start"] for p in walk.phases(tri)]
       plots.plot_triangle_walk(walk.weights[starts], vertices(tri.lowers[0], tri.uppers[0]),
                                os.path.join(out, "triangle.png"),
-                               kinds=[p["kind"] for p in walk.phases(tri)],
+                               kinds=[p["label"] for p in walk.phases(tri)],
                                title=f"H >= 0.5, D <= 0.25: {len(starts)} phases")
-  kinds = [p["kind"] for p in phases]
+  labels = [p["label"] for p in phases]
   return {"steps": num_steps, "phases": len(phases), "seconds": elapsed,
-          "random": kinds.count("random"), "bandit": kinds.count("bandit"),
+          "random": labels.count("random"), "bandit": labels.count("bandit"),
           "lag_consistent": bool(result.lag_consistent.all())}
 
 
@@ -75,6 +77,7 @@ def main(argv):
   config = _CONFIG.value
   if config is None or _OUT.value is None:
     raise app.UsageError("--config and --out are required")
+  registry.apply_name_override(config, config_flags.get_override_values(flags.FLAGS["config"]))
   steps = _STEPS.value or int(config.train.num_steps)
   if steps <= 0:
     raise app.UsageError("--steps must be positive (or the config must set train.num_steps)")

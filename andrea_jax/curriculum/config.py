@@ -29,18 +29,14 @@ import jax
 import ml_collections
 import numpy as np
 
-from andrea_jax.bandit import BanditParams
-from andrea_jax.curriculum import elastic as elastic_lib
-from andrea_jax.curriculum import exp3 as exp3_lib
 from andrea_jax.curriculum import mixer as mixer_lib
-from andrea_jax.curriculum.elastic import ElasticParams
-from andrea_jax.curriculum.exp3 import Exp3Params
+from andrea_jax.curriculum import registry
 from andrea_jax.simplex import Region
 from andrea_jax.simplex import sampling
 from andrea_jax.sources import (POLISH_EXCLUDED, SOURCES, WARMUP_SOURCES, check_sources,
                                 source_key)
 
-STRATEGIES = ("andrea", "bandit_only", "random_only", "static", "exp3", "elastic")
+MIXERS = tuple(registry.BUILTIN)
 """The built-in mixers' names (:mod:`andrea_jax.curriculum.mixer`); ``"package.module:factory"``
 names a mixer of one's own."""
 
@@ -74,10 +70,9 @@ def geometry(name: str, start_step: int, *, floors: Mapping[str, float] | None =
     only: if given, the only sources that may have weight; exclude: sources pinned at 0.
     sources: the source order.
     mixture: ``{source name: relative weight}`` (a source left out keeps 1) held while this
-      geometry is in force, in place of ``curriculum.static_mixture``, and brought into the
-      region like it (see :mod:`andrea_jax.curriculum.engine`), whatever the strategy: under a
-      mixer (``"elastic"``, ``"exp3"``, ``"andrea"``, ...) the mixer still observes every step
-      and decides the phases of the geometries without one. Stored listing all sources, so that
+      geometry is in force by a static mixer of its own (:func:`andrea_jax.curriculum.static`),
+      whatever the run's mixer: that mixer still observes every step and decides the phases of
+      the geometries without one. Stored listing all sources, so that
       each can be overridden on the command line. Geometries in turn, each with its mixture,
       make a mixture schedule (e.g. a proxy-fitted mixture, then uniform for the last part of
       the run, or then the elastic mixer).
@@ -111,7 +106,7 @@ def geometry(name: str, start_step: int, *, floors: Mapping[str, float] | None =
       if source_key(n) not in keys:
         raise ValueError(f"unknown source {n!r} in {where}; known sources are: "
                          f"{', '.join(sources)}")
-    # relative weights held in this region (any strategy) instead of curriculum.static_mixture
+    # relative weights held in this region by a static mixer of its own, whatever the run's mixer
     g.mixture = ml_collections.ConfigDict({k: 1.0 for k in keys})
     for n, v in mixture.items():
       g.mixture[source_key(n)] = v
@@ -199,56 +194,30 @@ def single_geometry(geometries: ml_collections.ConfigDict, name: str) -> ml_coll
   return g
 
 
-def bandit_section(params: BanditParams = BanditParams()) -> ml_collections.ConfigDict:
-  """The bandit's knobs (see :class:`andrea_jax.bandit.BanditParams` for the formulas)."""
-  b = ml_collections.ConfigDict()
-  b.discount = params.discount  # gamma per training step; statistics' horizon 1/(1-gamma) steps
-  b.exploration = params.exploration  # c, weight of the UCB bonus (rewards are in [0, 1])
-  b.min_count = params.min_count  # n_min, steps added to each count in the bonus
-  b.prior_count = params.prior_count  # n_0, pseudo-steps of the optimistic prior mean 1
-  b.reward_knee = params.reward_knee  # kappa: learning progress (in running scales) rewarded 3/4
-  b.pivot_discount = params.pivot_discount  # factor on the statistics at a pivot; 0 = reset
-  return b
-
-
-def exp3_section(params: Exp3Params = Exp3Params()) -> ml_collections.ConfigDict:
-  """The EXP3 mixer's knobs (strategy ``"exp3"``; see :mod:`andrea_jax.curriculum.exp3`)."""
-  e = ml_collections.ConfigDict()
-  e.smoothing = params.smoothing  # alpha in [0, 1): weight of the past in the smoothed losses
-  e.lr_scale = params.lr_scale  # c >= 0: exponential-weights rate c * eps_{t-1}; 1 = ODM
-  return e
-
-
-def elastic_section(params: ElasticParams = ElasticParams()) -> ml_collections.ConfigDict:
-  """The elastic mixer's knobs (strategy ``"elastic"``; see :mod:`andrea_jax.curriculum.elastic`)."""
-  e = ml_collections.ConfigDict()
-  e.uniform_mix = params.uniform_mix  # mu in [0, 1]: share kept uniform; 1 = the uniform mixture
-  e.burn_in = params.burn_in  # steps before the log-time fit of each source's loss starts
-  e.forget = params.forget  # lambda >= 0: a point from step t' weighs ((t'+1)/(t+1))^lambda at t
-  return e
-
-
 def curriculum_config(geometries: ml_collections.ConfigDict | None = None,
-                      sources: Sequence[str] = SOURCES) -> ml_collections.ConfigDict:
+                      sources: Sequence[str] = SOURCES, mixer: str = "andrea",
+                      **mixer_args) -> ml_collections.ConfigDict:
   """The ``curriculum`` section over ``sources``; by default, over ANDREA's sixteen the three
-  regimes scaled to a 2000-step run, over other sources the whole simplex."""
+  regimes scaled to a 2000-step run, over other sources the whole simplex.
+
+  ``mixer`` names the mixer (a built-in of :data:`MIXERS` or ``"package.module:factory"``) and
+  ``mixer_args`` overrides some of its arguments: the ``mixer`` subsection holds that mixer's
+  fields only (:func:`andrea_jax.curriculum.registry.mixer_config`).
+
+  Example:
+    >>> c = curriculum_config(mixer="static")
+    >>> c.mixer.name, sorted(c.mixer.keys())[:2]
+    ('static', ['mixture', 'name'])
+  """
   c = ml_collections.ConfigDict()
-  # the mixer: "andrea" (random + bandit phases), "bandit_only", "random_only", "static" (the
-  # uniform mixture projected onto each region), "exp3" (ODM's EXP3 mixture projected onto each
-  # region), "elastic" (shares in proportion to each source's log-time learning rate, projected),
-  # or "package.module:factory" for a mixer of your own (andrea_jax.curriculum.mixer)
-  c.strategy = "andrea"
-  # strategy "static": each source's relative weight (normalised; all equal = the uniform mixture),
-  # the mixture then projected onto each region, e.g. one fitted on small proxy runs
-  c.static_mixture = ml_collections.ConfigDict({k: 1.0 for k in _keys(sources)})
+  # the mixer that decides each phase, and its own arguments only: "andrea" (ANDREA's random and
+  # bandit phases; reward "progress" or "target_gain"), "bandit_only", "random_only", "static"
+  # (one mixture held, uniform by default), "exp3" (ODM's EXP3), "elastic" (shares in proportion
+  # to each source's log-time learning rate), or "package.module:factory" (a mixer of your own)
+  c.mixer = registry.mixer_config(mixer, sources, **mixer_args)
   c.phase_min_steps = 7  # shortest phase, steps (> decision_lag + 1)
   c.phase_max_steps = 42  # longest phase, steps; lengths are uniform in [min, max]
-  c.random_share = 0.25  # probability that a phase is random ("andrea" only; 0/1 for the others)
-  c.eta = 0.3  # bandit phase: w <- (1 - eta) w + eta v, v the UCB-optimal vertex; in (0, 1]
   c.decision_lag = 2  # steps between a phase's decision and its start (host-side batch prefetch)
-  c.bandit = bandit_section()  # strategies "andrea", "bandit_only", "random_only"
-  c.exp3 = exp3_section()  # strategy "exp3" only
-  c.elastic = elastic_section()  # strategy "elastic" only
   # regions of the simplex keyed by name, each in force from its start_step (steps) on
   if geometries is None:
     geometries = (andrea_geometries(2000, 0.01) if tuple(sources) == SOURCES
@@ -257,45 +226,78 @@ def curriculum_config(geometries: ml_collections.ConfigDict | None = None,
   return c
 
 
+def set_mixer(config: ml_collections.ConfigDict, mixer: str, **mixer_args) -> None:
+  """Switches a run ``config`` (in place, locked or not) to another mixer: ``curriculum.mixer``
+  made anew for ``mixer`` over ``config.sources``, every other field kept.
+
+  Example: ``set_mixer(config, "static")``; ``set_mixer(config, "andrea", reward="target_gain")``.
+  """
+  with config.unlocked():
+    config.curriculum.mixer = registry.mixer_config(mixer, config.sources, **mixer_args)
+
+
+class Mixers:
+  """The run's mixers (the run's own first, then a static mixer per held mixture), compared and
+  hashed by their identities (a factory's name and arguments), never by their functions: two
+  builds of one config give equal specs, and one compiled step."""
+
+  def __init__(self, mixers: Sequence[mixer_lib.Mixer], keys: Sequence[tuple]):
+    self.mixers, self.keys = tuple(mixers), tuple(keys)
+
+  def __eq__(self, other):
+    return isinstance(other, Mixers) and self.keys == other.keys
+
+  def __hash__(self):
+    return hash(self.keys)
+
+  def __repr__(self):
+    return f"Mixers({[k[0] for k in self.keys]})"
+
+
 @jax.tree_util.register_pytree_node_class
 @dataclasses.dataclass(frozen=True, eq=False)
 class CurriculumSpec:
   """The validated description of a curriculum: hashable by content (a jit static argument), and a
   pytree whose leaves are its tables (a jitted function taking it as an argument compiles once for
-  every spec with the same sources, geometry names, decision lag and mixer).
+  every spec with the same sources, geometry names, decision lag and mixers).
 
   Attributes:
     sources: source names, the order of every weight vector (``S`` of them).
     geometry_names: ``G`` names, by increasing start step.
     starts: ``[G]`` int32 start step of each geometry (``starts[0] == 0``).
     lowers, uppers: ``[G, S]`` float64 floors and ceilings.
-    strategy: the mixer's name (``curriculum.strategy``).
-    mixer: the mixer's functions (:class:`andrea_jax.curriculum.mixer.Mixer`).
+    mixer_name: the run's mixer's name (``curriculum.mixer.name``).
+    mixer_set: the run's mixers (:class:`Mixers`): the run's own first, then one static mixer
+      per distinct ``mixture`` a geometry holds.
+    geometry_mixers: ``[G]`` int32, which of them decides each geometry's phases.
+    labels: the run's phase labels: ``"start"`` (the first phase), then every mixer's own, in
+      order; a phase's label is logged as ``curriculum/phase_label``.
+    label_maps: per mixer, ``[L_m]`` int32: the index in ``labels`` of each of its own labels.
     phase_min_steps, phase_max_steps: phase lengths are uniform in this range (cut at geometry
       boundaries, never below ``phase_min_steps``).
     decision_lag: steps between a phase's decision and its start.
-    mixture: ``[G, S]`` float32, each row summing to 1: the mixture held in each geometry where
-      ``held`` (the geometry's own ``mixture``, else ``curriculum.static_mixture``), before the
-      engine restricts it to the region's sources and projects it.
-    held: ``[G]`` bool: the geometries whose phases hold their mixture: every one under strategy
-      ``"static"``, those with a ``mixture`` of their own under the others (the mixer still
-      observes every step).
   """
   sources: tuple[str, ...]
   geometry_names: tuple[str, ...]
   starts: np.ndarray
   lowers: np.ndarray
   uppers: np.ndarray
-  strategy: str
-  mixer: mixer_lib.Mixer
+  mixer_name: str
+  mixer_set: Mixers
+  geometry_mixers: np.ndarray
+  labels: tuple[str, ...]
+  label_maps: tuple[tuple[int, ...], ...]
   phase_min_steps: int
   phase_max_steps: int
   decision_lag: int
-  mixture: np.ndarray
-  held: np.ndarray
 
-  _LEAVES = ("starts", "lowers", "uppers", "phase_min_steps", "phase_max_steps", "mixture", "held")
-  _AUX = ("sources", "geometry_names", "strategy", "mixer", "decision_lag")
+  _LEAVES = ("starts", "lowers", "uppers", "phase_min_steps", "phase_max_steps")
+  _AUX = ("sources", "geometry_names", "mixer_name", "mixer_set", "geometry_mixers_key", "labels",
+          "label_maps", "decision_lag")
+
+  @property
+  def geometry_mixers_key(self) -> tuple[int, ...]:
+    return tuple(int(i) for i in self.geometry_mixers)
 
   def tree_flatten(self):
     return (tuple(getattr(self, n) for n in self._LEAVES),
@@ -305,7 +307,10 @@ class CurriculumSpec:
   def tree_unflatten(cls, aux, leaves):
     spec = object.__new__(cls)
     for n, v in zip(cls._AUX, aux):
-      object.__setattr__(spec, n, v)
+      if n == "geometry_mixers_key":
+        object.__setattr__(spec, "geometry_mixers", np.asarray(v, np.int32))
+      else:
+        object.__setattr__(spec, n, v)
     for n, v in zip(cls._LEAVES, leaves):
       object.__setattr__(spec, n, v)
     return spec
@@ -323,6 +328,16 @@ class CurriculumSpec:
   @property
   def num_sources(self) -> int:
     return len(self.sources)
+
+  @property
+  def mixers(self) -> tuple[mixer_lib.Mixer, ...]:
+    """The run's mixers (``mixers[0]`` the run's own)."""
+    return self.mixer_set.mixers
+
+  @property
+  def mixer(self) -> mixer_lib.Mixer:
+    """The run's own mixer (the one ``curriculum.mixer`` names)."""
+    return self.mixer_set.mixers[0]
 
   def region(self, g: int) -> Region:
     """Geometry ``g`` as a :class:`~andrea_jax.simplex.Region` (host-side: plots, tests)."""
@@ -415,28 +430,12 @@ def validate(config: ml_collections.ConfigDict, sources: Sequence[str] = SOURCES
   spec_from_config(config, sources=sources)
 
 
-def _params_section(c: ml_collections.ConfigDict, name: str, cls):
-  """``cls(**c[name])``; its errors name the field as the config spells it
-  (``curriculum.bandit.x``)."""
-  values = dict(c[name]) if name in c else {}
-  fields = {f.name for f in dataclasses.fields(cls)}
-  if set(values) - fields:
-    raise ValueError(f"curriculum.{name} has unknown fields {sorted(set(values) - fields)}")
-  try:
-    return cls(**values)
-  except (ValueError, TypeError) as e:
-    message = str(e)
-    if message.startswith(f"{name}."):
-      message = f"curriculum.{message}"
-    raise type(e)(message) from None
-
-
 def spec_from_config(config: ml_collections.ConfigDict, sources: Sequence[str] = SOURCES,
                      mixer: mixer_lib.Mixer | None = None) -> CurriculumSpec:
   """Validates the ``curriculum`` section and builds the static :class:`CurriculumSpec`.
 
-  ``mixer`` replaces the one ``curriculum.strategy`` names (e.g. a mixer object built in a
-  notebook; ``strategy`` then only labels it).
+  ``mixer`` replaces the one ``curriculum.mixer`` names (e.g. a mixer object built in a notebook;
+  the section's name then only labels it).
 
   Example:
     >>> spec = spec_from_config(curriculum_config())
@@ -445,15 +444,16 @@ def spec_from_config(config: ml_collections.ConfigDict, sources: Sequence[str] =
   """
   sources = check_sources(sources)
   if len(sources) > sampling.MAX_EXACT_SOURCES:
-    # Every strategy compiles the random phases' sampler, whose acceptance step is exact up to
-    # that many sources (it enumerates the subsets).
+    # Every mixer compiles the random phases' sampler, whose acceptance step is exact up to that
+    # many sources (it enumerates the subsets).
     raise ValueError(f"sources: {len(sources)} sources, more than the "
                      f"{sampling.MAX_EXACT_SOURCES} the curriculum's random phases sample")
   c = config
-  strategy = c.strategy
-  if not isinstance(strategy, str) or (strategy not in STRATEGIES and ":" not in strategy):
-    raise ValueError(f"curriculum.strategy must be one of {STRATEGIES} or "
-                     f"'package.module:factory' (a mixer of your own), got {strategy!r}")
+  unknown = sorted(set(c.keys()) - {"mixer", "phase_min_steps", "phase_max_steps", "decision_lag",
+                                    "geometries"})
+  if unknown:
+    raise ValueError(f"curriculum has unknown fields {unknown} (a mixer's arguments live in "
+                     "curriculum.mixer)")
   lo = _number("curriculum.phase_min_steps", c.phase_min_steps, integer=True)
   hi = _number("curriculum.phase_max_steps", c.phase_max_steps, integer=True)
   lag = _number("curriculum.decision_lag", c.decision_lag, integer=True)
@@ -467,15 +467,17 @@ def spec_from_config(config: ml_collections.ConfigDict, sources: Sequence[str] =
   if hi < 2 * lo - 1:
     raise ValueError(f"curriculum.phase_max_steps = {hi} must be >= 2 * phase_min_steps - 1 = "
                      f"{2 * lo - 1}, so that phases can be cut at a geometry boundary")
-  if mixer is None:
-    mixer = _mixer(c, strategy)
-  elif not mixer_lib.is_mixer(mixer):
-    raise TypeError(f"mixer must be a curriculum.mixer.Mixer, got {type(mixer).__name__}")
+  run_mixer, run_key = registry.build(c.mixer, sources)
+  name = c.mixer.name
+  if mixer is not None:
+    if not mixer_lib.is_mixer(mixer):
+      raise TypeError(f"mixer must be a curriculum.mixer.Mixer, got {type(mixer).__name__}")
+    run_mixer, run_key = mixer_lib.as_mixer(mixer), ("<object>", id(mixer))
   geometries = c.geometries
   if not geometries or not len(geometries.keys()):
     raise ValueError("curriculum.geometries is empty: a geometry starting at step 0 is needed")
-  entries = sorted(((_region(name, geometries[name], sources) + (name,))
-                    for name in geometries.keys()), key=lambda e: (e[0], e[2]))
+  entries = sorted(((_region(n, geometries[n], sources) + (n,)) for n in geometries.keys()),
+                   key=lambda e: (e[0], e[2]))
   starts = [s for s, _, _ in entries]
   names = [n for _, _, n in entries]
   if starts[0] != 0:
@@ -487,74 +489,45 @@ def spec_from_config(config: ml_collections.ConfigDict, sources: Sequence[str] =
     if s1 - s0 < lo:
       raise ValueError(f"geometry {n0!r} lasts {s1 - s0} steps (from {s0} to {n1!r} at {s1}), "
                        f"shorter than phase_min_steps = {lo}")
-  mixtures_GxS = []
-  for _, region, name in entries:
-    own = geometries[name].get("mixture")
-    where = ("curriculum.static_mixture" if own is None
-             else f"curriculum.geometries.{name}.mixture")
-    m_S = _static_mixture(c.static_mixture if own is None else own, sources, where,
-                          region if own is not None or strategy == "static" else None)
-    if strategy != "static" and own is None and np.ptp(m_S) > 0:
-      # Held by the static strategy only: on any other it would be silently ignored.
-      raise ValueError(f"{where} is set, but only strategy 'static' holds it (a mixer holds a "
-                       "geometry's own mixture only); curriculum.strategy is "
-                       f"{strategy!r}")
-    mixtures_GxS.append(m_S)
+  mixers, keys, geometry_mixers = [run_mixer], [run_key], []
+  for _, region, g in entries:
+    own = geometries[g].get("mixture")
+    if own is None:
+      if name == "static" and mixer is None:   # the run's held mixture must reach the region
+        _static_mixture(c.mixer.mixture, sources, "curriculum.mixer.mixture", region)
+      geometry_mixers.append(0)
+      continue
+    m_S = tuple(float(w) for w in _static_mixture(own, sources,
+                                                  f"curriculum.geometries.{g}.mixture", region))
+    key = ("static", (("mixture", m_S),))
+    if key not in keys:
+      mixers.append(mixer_lib.static(mixture=m_S))
+      keys.append(key)
+    geometry_mixers.append(keys.index(key))
+  labels = ["start"]
+  for m in mixers:
+    labels += [x for x in m.labels if x not in labels]
   return CurriculumSpec(
       sources=sources, geometry_names=tuple(names), starts=np.array(starts, np.int32),
       lowers=np.stack([r.lower for _, r, _ in entries]),
-      uppers=np.stack([r.upper for _, r, _ in entries]), strategy=strategy, mixer=mixer,
-      phase_min_steps=lo, phase_max_steps=hi, decision_lag=lag, mixture=np.stack(mixtures_GxS),
-      held=np.array([strategy == "static" or geometries[name].get("mixture") is not None
-                     for _, _, name in entries]))
+      uppers=np.stack([r.upper for _, r, _ in entries]), mixer_name=name,
+      mixer_set=Mixers(mixers, keys), geometry_mixers=np.array(geometry_mixers, np.int32),
+      labels=tuple(labels),
+      label_maps=tuple(tuple(labels.index(x) for x in m.labels) for m in mixers),
+      phase_min_steps=lo, phase_max_steps=hi, decision_lag=lag)
 
 
-def _mixer(c: ml_collections.ConfigDict, strategy: str) -> mixer_lib.Mixer:
-  """The mixer ``curriculum.strategy`` names, its knobs validated (every built-in's knobs are
-  checked whatever the strategy: a typo in an unused section is still a typo)."""
-  share = _number("curriculum.random_share", c.random_share)
-  if not 0 <= share <= 1:
-    raise ValueError(f"curriculum.random_share must be in [0, 1], got {share}")
-  eta = _number("curriculum.eta", c.eta)
-  if not 0 < eta <= 1:
-    raise ValueError(f"curriculum.eta must be in (0, 1], got {eta}")
-  bandit = _params_section(c, "bandit", BanditParams)
-  exp3 = _params_section(c, "exp3", Exp3Params)
-  elastic = _params_section(c, "elastic", ElasticParams)
-  if ":" in strategy:
-    return mixer_lib.import_mixer(strategy, c)
-  return {"andrea": lambda: mixer_lib.andrea_walk(bandit, float(eta), float(share)),
-          "bandit_only": lambda: mixer_lib.andrea_walk(bandit, float(eta), 0.0),
-          "random_only": lambda: mixer_lib.andrea_walk(bandit, float(eta), 1.0),
-          "static": mixer_lib.static,
-          "exp3": lambda: exp3_lib.mixer(exp3),
-          "elastic": lambda: elastic_lib.mixer(elastic)}[strategy]()
-
-
-def _static_mixture(given, sources: Sequence[str], where: str = "curriculum.static_mixture",
+def _static_mixture(given, sources: Sequence[str], where: str,
                     region: Region | None = None) -> np.ndarray:
-  """``curriculum.static_mixture`` or a geometry's ``mixture`` (source -> relative weight,
-  missing = 1) normalised, ``[S]``; ``where`` names the field in errors.
+  """A held mixture (source -> relative weight, missing = 1) normalised, ``[S]``; ``where`` names
+  the field in errors.
 
-  A name that is not one of ``sources`` is an error. With ``region`` (the
-  geometry the mixture is held in), a mixture that gives no weight to any source the region allows
-  is an error, and so is a weight other than the default 1 on a source a geometry's own mixture
-  is held in but the region excludes (it could never be drawn).
+  A name that is not one of ``sources`` is an error. With ``region`` (the geometry the mixture is
+  held in), a mixture that gives no weight to any source the region allows is an error, and so is
+  a weight other than the default 1 on a source a geometry's own mixture is held in but the
+  region excludes (it could never be drawn).
   """
-  given = {} if given is None else given
-  if not isinstance(given, (ml_collections.ConfigDict, Mapping)):
-    raise TypeError(f"{where} must map source names to relative weights, got {given!r}")
-  keys = _keys(sources)
-  w_S = np.ones(len(sources))
-  for k, v in dict(given).items():
-    if k not in keys and k not in sources:
-      raise ValueError(f"unknown source {k!r} in {where}; known sources are: {', '.join(sources)}")
-    v = _number(f"{where}.{k}", v)
-    if v < 0:
-      raise ValueError(f"{where}.{k} = {v} is negative: weights are relative shares, >= 0")
-    w_S[list(sources).index(keys.get(k, k))] = v
-  if w_S.sum() <= 0:
-    raise ValueError(f"{where}: every weight is 0; at least one source needs a positive weight")
+  w_S = np.asarray(registry.source_weights(where, {} if given is None else given, sources))
   if region is not None:
     allowed_S = np.asarray(region.upper) > 0
     label = region.label

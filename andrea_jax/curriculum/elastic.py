@@ -54,14 +54,13 @@ are none and above 1e12 are clipped.
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 
-from andrea_jax.bandit import LOSS_CLIP, TOKENS_RANGE, check_numbers
-from andrea_jax.curriculum.mixer import KIND_ELASTIC, Decision, Mixer, Observation
+from andrea_jax.curriculum.bandit import LOSS_CLIP, TOKENS_RANGE, check_numbers
+from andrea_jax.curriculum.mixer import Decision, Mixer, Observation
 
 # Below this ``C_xx`` (squared log-steps times tokens) the rate is unknown: one distinct step.
 _CXX_MIN = 1e-12
@@ -214,16 +213,23 @@ def distribution(params: ElasticParams, state: ElasticState, allowed: jax.Array)
   return (mu * uniform_S + (1.0 - mu) * prop_S).astype(jnp.float32)
 
 
-@functools.lru_cache(maxsize=None)
-def mixer(params: ElasticParams = ElasticParams()) -> Mixer:
-  """Strategy ``"elastic"``: the log-time fit observed at every step, each phase's mixture
+def mixer(*, uniform_mix: float = 0.5, burn_in: int = 100, forget: float = 1.0) -> Mixer:
+  """Mixer ``"elastic"``: the log-time fit observed at every step, each phase's mixture
   :func:`distribution` over the region's allowed sources (then projected onto the region by the
-  engine). Logs ``log_rate`` ``[S]`` (NaN while unknown)."""
+  engine); phases labelled ``"elastic"``. Logs ``log_rate`` ``[S]`` (NaN while unknown).
+
+  Args: ``uniform_mix``, ``burn_in`` and ``forget``, :class:`ElasticParams`'s.
+  """
+  try:
+    params = ElasticParams(uniform_mix=uniform_mix, burn_in=burn_in, forget=forget)
+  except (TypeError, ValueError) as e:
+    raise type(e)(str(e).removeprefix("elastic.")) from None
+
   def observe_step(state: ElasticState, obs: Observation) -> ElasticState:
     return observe(params, state, obs.step, obs.losses_S, obs.tokens_S)
 
   def decide(state: ElasticState, d: Decision):
-    return distribution(params, state, d.upper_S > 0), jnp.int32(KIND_ELASTIC), state
+    return distribution(params, state, d.upper_S > 0), "elastic", state
 
   return Mixer(init=init, observe=observe_step, decide=decide,
-               metrics=lambda state: {"log_rate": rates(state)})
+               metrics=lambda state: {"log_rate": rates(state)}, labels=("elastic",))

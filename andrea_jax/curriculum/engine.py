@@ -8,18 +8,15 @@ mixture, EXP3, the elastic mixer, or one of your own), then projected exactly on
 mixer observes every step; it decides once per phase (the decision lag lets the host build batches
 ahead, so no weight can change between a decision and its phase's start).
 
-A region with a ``mixture`` of its own, under *any* strategy (and every region under
-``"static"``), holds that mixture (else ``curriculum.static_mixture``, uniform by default) every
-phase: restricted to the sources the region allows and renormalised, which keeps its ratios, then
-projected onto the region, which moves it only where a floor or ceiling binds (for the uniform
-default, with ANDREA's geometries this is *not* one uniform mixture over the run's sources: 1/7 on
-the seven warmup sources, then 1/16 each, then the polish region's projection,
-``hermes3-general`` at 0.7 and 0.3/13 on each of the 13 other allowed sources; a single
-full-simplex geometry gives the uniform mixture). The mixer still observes those steps.
+A region with a ``mixture`` of its own is decided by a static mixer of that mixture
+(:func:`andrea_jax.curriculum.static`), whatever the run's mixer: every phase holds it,
+restricted to the sources the region allows and renormalised, which keeps its ratios, then
+projected onto the region, which moves it only where a floor or ceiling binds. Every mixer of the
+run observes every step, also while another decides.
 
-The first phase (step 0) is the projection onto the first region of the first region's held
-mixture (strategy ``"static"``, or a first geometry with a ``mixture`` of its own), else of the
-uniform mixture.
+The first phase (step 0, label ``"start"``) is the first region's mixer's ``start`` mixture (a
+static mixer's own), else the uniform mixture, projected onto the first region: nothing has been
+observed yet.
 
 **Geometries.** ``spec`` holds a schedule of regions by start step (v2 warmup, firehose, v3 polish).
 A phase never straddles a region boundary: a phase length that would cross the next boundary, or
@@ -54,7 +51,7 @@ import numpy as np
 
 from andrea_jax import simplex
 from andrea_jax.curriculum.config import CurriculumSpec
-from andrea_jax.curriculum.mixer import KIND_FIXED, Decision, Observation
+from andrea_jax.curriculum.mixer import Decision, Observation
 
 PyTree = Any
 
@@ -80,19 +77,19 @@ class CurriculumState:
   Attributes:
     step: int32, last step given to :func:`update` (-1 after :func:`init`).
     weights: ``[2, S]`` float32 phase weights.
-    starts, kinds, geometries, phase_ids: ``[2]`` int32: first step, kind (``KIND_*``), geometry
-      index and number of each phase.
+    starts, labels, geometries, phase_ids: ``[2]`` int32: first step, label (an index into
+      ``spec.labels``), geometry index and number of each phase.
     next_start: int32, first step of the phase after slot 1 (not decided yet).
     key: ``[2]`` uint32, raw key data of the curriculum's random stream.
     excluded: ``[S]`` bool, extra exclusions in force (:func:`exclude`).
     rejected: ``[S]`` bool, exclusions refused because the region would have become empty.
-    mixer: the state of the run's mixer (``spec.mixer.init``; the bandit's statistics for
-      ANDREA's walk).
+    mixer: the states of the run's mixers, a tuple in ``spec.mixers``'s order (the bandit's
+      statistics for ANDREA's walk; ``()`` for a static mixer).
   """
   step: jax.Array
   weights: jax.Array
   starts: jax.Array
-  kinds: jax.Array
+  labels: jax.Array
   geometries: jax.Array
   phase_ids: jax.Array
   next_start: jax.Array
@@ -138,17 +135,6 @@ def _bounds(spec: CurriculumSpec, g: jax.Array, excluded: jax.Array):
   return lower, upper_ex, applied
 
 
-def _held_mixture(spec: CurriculumSpec, g: jax.Array, upper_S: jax.Array) -> jax.Array:
-  """``[S]``: the mixture held in geometry ``g`` (its own ``mixture``, else
-  ``curriculum.static_mixture``) on the sources ``upper_S`` allows,
-  renormalised (uniform over them if it gives them nothing: a source excluded at run time)."""
-  allowed_S = (upper_S > 0).astype(jnp.float32)
-  m_S = jnp.asarray(spec.mixture, jnp.float32)[g] * allowed_S
-  total = jnp.sum(m_S)
-  return jnp.where(total > 0, m_S / jnp.where(total > 0, total, 1.0),
-                   allowed_S / jnp.maximum(jnp.sum(allowed_S), 1.0))
-
-
 def _phase_length(spec: CurriculumSpec, key: jax.Array, start: jax.Array) -> jax.Array:
   """Uniform in [min, max], cut so that the phase never crosses nor stops just short of a boundary.
 
@@ -176,8 +162,8 @@ def _key_data(key: jax.Array) -> jax.Array:
 def init(spec: CurriculumSpec, key: jax.Array) -> CurriculumState:
   """The state before step 0: phase 0 decided, its weights covering steps ``0..decision_lag``+.
 
-  Phase 0 is a fixed phase: strategy ``"static"``'s mixture (or the first geometry's own
-  mixture, under any strategy), the uniform one for the others, projected onto the first region.
+  Phase 0 (label ``"start"``) is the first geometry's mixer's ``start`` mixture (a static mixer's
+  own), else the uniform mixture, projected onto the first region.
 
   Args:
     spec: the static curriculum (:func:`spec_from_config`).
@@ -192,23 +178,39 @@ def init(spec: CurriculumSpec, key: jax.Array) -> CurriculumState:
   key = _key_data(key)
   num = spec.num_sources
   lower, upper, _ = _bounds(spec, jnp.int32(0), jnp.zeros((num,), bool))
-  # Phase 0 is fixed: the static strategy's own mixture, uniform for the mixers (nothing observed)
-  # unless the first geometry holds a mixture of its own.
-  start_S = jnp.where(jnp.asarray(spec.held)[0],
-                      _held_mixture(spec, jnp.int32(0), upper), jnp.full((num,), 1.0 / num))
-  w_S = simplex.project(start_S.astype(jnp.float32), lower, upper)
-  length = _phase_length(spec, jax.random.fold_in(jax.random.wrap_key_data(key), 0), jnp.int32(0))
+  first = jax.random.fold_in(jax.random.wrap_key_data(key), 0)
+  uniform_S = simplex.project(jnp.full((num,), 1.0 / num, jnp.float32), lower, upper)
+  start = spec.mixers[int(spec.geometry_mixers[0])].start
+  if start is not None:
+    uniform_S = simplex.project(jnp.asarray(start(Decision(
+        key=first, start=jnp.int32(0), lower_S=lower, upper_S=upper, current_S=uniform_S,
+        pivot=jnp.bool_(False))), jnp.float32), lower, upper)
+  length = _phase_length(spec, first, jnp.int32(0))
   two = lambda x: jnp.stack([x, x])
   return CurriculumState(
-      step=jnp.int32(-1), weights=two(w_S), starts=jnp.zeros((2,), jnp.int32),
-      kinds=jnp.full((2,), KIND_FIXED, jnp.int32), geometries=jnp.zeros((2,), jnp.int32),
+      step=jnp.int32(-1), weights=two(uniform_S), starts=jnp.zeros((2,), jnp.int32),
+      labels=jnp.zeros((2,), jnp.int32), geometries=jnp.zeros((2,), jnp.int32),
       phase_ids=jnp.zeros((2,), jnp.int32), next_start=length, key=key,
       excluded=jnp.zeros((num,), bool), rejected=jnp.zeros((num,), bool),
-      mixer=spec.mixer.init(num))
+      mixer=tuple(m.init(num) for m in spec.mixers))
+
+
+def _mixer_decide(spec: CurriculumSpec, i: int, states: tuple, d: Decision):
+  """Mixer ``i`` decides: ``(weights [S], label as an index into spec.labels, all states)``."""
+  w_S, label, new = spec.mixers[i].decide(states[i], d)
+  own = spec.mixers[i].labels
+  if isinstance(label, str):
+    if label not in own:
+      raise ValueError(f"mixer {i} ({spec.mixer_set.keys[i][0]!r}) labelled a phase {label!r}, "
+                       f"not one of its labels {own}")
+    label = own.index(label)
+  label = jnp.asarray(spec.label_maps[i], jnp.int32)[jnp.asarray(label, jnp.int32)]
+  return (jnp.asarray(w_S, jnp.float32), label,
+          tuple(new if j == i else s for j, s in enumerate(states)))
 
 
 def _decide(spec: CurriculumSpec, state: CurriculumState) -> CurriculumState:
-  """Decides the phase starting at ``state.next_start``: its kind, weights and length."""
+  """Decides the phase starting at ``state.next_start``: its mixer, label, weights and length."""
   phase = state.phase_ids[1] + 1
   start = state.next_start
   g = _geometry_at(spec, start)
@@ -219,27 +221,27 @@ def _decide(spec: CurriculumSpec, state: CurriculumState) -> CurriculumState:
   key = jax.random.fold_in(jax.random.wrap_key_data(state.key), phase)
   k_len = jax.random.split(key, 4)[0]   # the mixer splits the same key for its own draws
   here_S = simplex.project(state.weights[1], lower, upper)
-  held_S = _held_mixture(spec, g, upper)
-  w_S, kind, mixer_state = spec.mixer.decide(
-      state.mixer, Decision(key=key, start=start, lower_S=lower, upper_S=upper, current_S=here_S,
-                            held_S=held_S, pivot=pivot))
-  held = jnp.asarray(spec.held)[g]
-  w_S = jnp.where(held, held_S, w_S)
-  kind = jnp.where(held, KIND_FIXED, kind).astype(jnp.int32)
+  d = Decision(key=key, start=start, lower_S=lower, upper_S=upper, current_S=here_S, pivot=pivot)
+  branches = [functools.partial(_mixer_decide, spec, i) for i in range(len(spec.mixers))]
+  if len(branches) == 1:
+    w_S, label, mixer_states = branches[0](state.mixer, d)
+  else:   # the geometry's own mixer decides; the others' states pass through
+    which = jnp.asarray(spec.geometry_mixers, jnp.int32)[g]
+    w_S, label, mixer_states = jax.lax.switch(which, branches, state.mixer, d)
   # One last exact projection: the floors and zeros hold exactly after float32 rounding.
   w_S = simplex.project(w_S, lower, upper)
 
   shift = lambda pair, new: jnp.stack([pair[1], jnp.asarray(new, pair.dtype)])
   return state.replace(
       weights=shift(state.weights, w_S), starts=shift(state.starts, start),
-      kinds=shift(state.kinds, kind), geometries=shift(state.geometries, g),
+      labels=shift(state.labels, label), geometries=shift(state.geometries, g),
       phase_ids=shift(state.phase_ids, phase),
       next_start=start + _phase_length(spec, k_len, start),
-      rejected=rejected, mixer=mixer_state)
+      rejected=rejected, mixer=mixer_states)
 
 
 def update(spec: CurriculumSpec, state: CurriculumState, step: jax.Array, losses: jax.Array,
-           tokens: jax.Array) -> CurriculumState:
+           tokens: jax.Array, target_gain: jax.Array | None = None) -> CurriculumState:
   """Records the batch of ``step`` and, at a decision step, decides the next phase. Jittable.
 
   Call once per step, in order, after the batch of ``step`` (inside the jitted train step).
@@ -250,19 +252,24 @@ def update(spec: CurriculumSpec, state: CurriculumState, step: jax.Array, losses
     step: int32 scalar, the step whose batch was just used.
     losses: ``[S]`` mean loss per source on that batch (ignored where ``tokens == 0``).
     tokens: ``[S]`` tokens per source in the batch.
+    target_gain: ``[S]`` the sources' target gains measured at this step
+      (:mod:`andrea_jax.target_gain`), NaN where none; ``None``: none measured.
 
   Returns:
     The new state; ``schedule(state)`` then covers every step ``<= step + 1 + decision_lag``.
   """
-  for name, value in (("losses", losses), ("tokens", tokens)):
-    if jnp.shape(value) != state.excluded.shape:
+  for name, value in (("losses", losses), ("tokens", tokens), ("target_gain", target_gain)):
+    if value is not None and jnp.shape(value) != state.excluded.shape:
       raise ValueError(f"update: {name} must be [S] = {state.excluded.shape}, one per source, got "
                        f"shape {jnp.shape(value)}")
   step = jnp.asarray(step, jnp.int32)
+  if target_gain is None:
+    target_gain = jnp.full(state.excluded.shape, jnp.nan, jnp.float32)
   # The weights this step's batch was drawn from: the schedule before this update covers ``step``.
-  used_S = lookup(schedule(state), step)
-  state = state.replace(step=step, mixer=spec.mixer.observe(
-      state.mixer, Observation(step=step, losses_S=losses, tokens_S=tokens, weights_S=used_S)))
+  obs = Observation(step=step, losses_S=losses, tokens_S=tokens, weights_S=lookup(
+      schedule(state), step), target_gain_S=jnp.asarray(target_gain, jnp.float32))
+  state = state.replace(step=step, mixer=tuple(
+      m.observe(s, obs) for m, s in zip(spec.mixers, state.mixer)))
   due = step >= state.next_start - spec.decision_lag - 1
   return jax.lax.cond(due, functools.partial(_decide, spec), lambda s: s, state)
 
@@ -331,22 +338,22 @@ def exclude(spec: CurriculumSpec, state: CurriculumState, mask: jax.Array) -> Cu
 def metrics(spec: CurriculumSpec, state: CurriculumState) -> dict[str, jax.Array]:
   """Small arrays for logging, about the phase of ``state.step``. Jittable.
 
-  Keys: ``phase`` (number), ``phase_kind`` (a ``KIND_*`` code of :mod:`.mixer`: 0 random, 1
-  bandit, 2 fixed, ...), ``geometry`` (index into ``spec.geometry_names``), ``phase_start``,
-  ``next_decision`` (step of the next decision), ``weights`` ``[S]``, ``excluded`` and ``rejected``
-  ``[S]`` (int32), then the mixer's own (``spec.mixer.metrics``; for ANDREA's walk the bandit's
-  ``ucb``, ``bandit_mean``, ``bandit_count``, ``reward``, ``progress`` ``[S]`` and
-  ``reward_scale``).
+  Keys: ``phase`` (number), ``phase_label`` (an index into ``spec.labels``: ``"start"``, then
+  the mixers' own, e.g. ``"random"``, ``"bandit"``, ``"held"``), ``geometry`` (index into
+  ``spec.geometry_names``), ``phase_start``, ``next_decision`` (step of the next decision),
+  ``weights`` ``[S]``, ``excluded`` and ``rejected`` ``[S]`` (int32), then the run's mixer's own
+  (``spec.mixer.metrics``; for ANDREA's walk the bandit's ``ucb``, ``bandit_mean``,
+  ``bandit_count``, ``reward``, ``progress`` ``[S]`` and ``reward_scale``).
   """
   slot = (state.step >= state.starts[1]).astype(jnp.int32)
   return {
       "phase": state.phase_ids[slot],
-      "phase_kind": state.kinds[slot],
+      "phase_label": state.labels[slot],
       "geometry": state.geometries[slot],
       "phase_start": state.starts[slot],
       "next_decision": state.next_start - spec.decision_lag - 1,
       "weights": state.weights[slot],
       "excluded": state.excluded.astype(jnp.int32),
       "rejected": state.rejected.astype(jnp.int32),
-      **spec.mixer.metrics(state.mixer),
+      **spec.mixer.metrics(state.mixer[0]),
   }

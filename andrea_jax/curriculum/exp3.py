@@ -3,7 +3,7 @@ r"""EXP3 over the data sources with a decaying exploration floor: online data mi
 Albalak et al. (2023), "Efficient Online Data Mixing For Language Model Pre-Training" (ODM), treat
 each data source as an arm of an adversarial bandit, reward it with its training loss (a source
 whose loss is high has more to teach), and mix with EXP3's exponential weights plus an exploration
-floor that decays with the step. The curriculum's strategy ``"exp3"`` uses these pure functions
+floor that decays with the step. The curriculum's mixer ``"exp3"`` uses these pure functions
 (:mod:`andrea_jax.curriculum.engine`); they are usable alone.
 
 **Observation, every step.** The batch of step ``t`` was drawn from the mixture ``pi`` (``[S]``);
@@ -54,14 +54,13 @@ are none, a step's reward to ``+-1e30`` (a tiny ``pi`` with tokens), the cumulat
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 
-from andrea_jax.bandit import LOSS_CLIP, TOKENS_RANGE, check_numbers
-from andrea_jax.curriculum.mixer import KIND_EXP3, Decision, Mixer, Observation
+from andrea_jax.curriculum.bandit import LOSS_CLIP, TOKENS_RANGE, check_numbers
+from andrea_jax.curriculum.mixer import Decision, Mixer, Observation
 
 REWARD_CLIP = 1e30   # one step's importance-weighted reward, at most
 SUM_CLIP = 1e37      # a source's cumulative reward, at most (float32 ends at 3.4e38)
@@ -211,16 +210,24 @@ def distribution(params: Exp3Params, state: Exp3State, t: jax.Array,
   return jnp.where(allowed, (1.0 - k * eps) * p_S + eps, 0.0).astype(jnp.float32)
 
 
-@functools.lru_cache(maxsize=None)
-def mixer(params: Exp3Params = Exp3Params()) -> Mixer:
-  """Strategy ``"exp3"``: the statistics observed at every step with the weights the batch was
-  drawn from, each phase's mixture :func:`distribution` at its start (then projected onto the
-  region by the engine). Logs ``exp3_score`` ``[S]``, the scores ``g``."""
+def mixer(*, smoothing: float = 0.9, lr_scale: float = 1.0) -> Mixer:
+  """Mixer ``"exp3"``: the statistics observed at every step with the weights the batch was drawn
+  from, each phase's mixture :func:`distribution` at its start (then projected onto the region by
+  the engine); phases labelled ``"exp3"``. Logs ``exp3_score`` ``[S]``, the scores ``g``.
+
+  Args: ``smoothing`` and ``lr_scale``, :class:`Exp3Params`'s.
+  """
+  try:
+    params = Exp3Params(smoothing=smoothing, lr_scale=lr_scale)
+  except (TypeError, ValueError) as e:
+    raise type(e)(str(e).removeprefix("exp3.")) from None
+
   def observe_step(state: Exp3State, obs: Observation) -> Exp3State:
     return observe(params, state, obs.losses_S, obs.tokens_S, obs.weights_S)
 
   def decide(state: Exp3State, d: Decision):
-    return distribution(params, state, d.start + 1, d.upper_S > 0), jnp.int32(KIND_EXP3), state
+    return distribution(params, state, d.start + 1, d.upper_S > 0), "exp3", state
 
   return Mixer(init=init, observe=observe_step, decide=decide,
-               metrics=lambda state: {"exp3_score": scores(state, jnp.ones_like(state.seen))})
+               metrics=lambda state: {"exp3_score": scores(state, jnp.ones_like(state.seen))},
+               labels=("exp3",))

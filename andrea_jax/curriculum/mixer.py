@@ -1,63 +1,68 @@
 r"""Mixers: how a curriculum decides each phase's mixture, as pure functions over a state of their own.
 
 A mixer is an optax-style bundle of pure functions (:class:`Mixer`): ``init`` makes its state,
-``observe`` folds in each step's per-source losses, ``decide`` picks the weights of a new phase
-inside the region in force, and ``metrics`` exposes what is worth logging. The curriculum engine
-(:mod:`andrea_jax.curriculum.engine`) owns everything else: the phases' lengths, the geometries and
-their pivots, the decision lag, the exclusions and the final exact projection onto the region.
-``curriculum.strategy`` names the mixer of a run:
+``observe`` folds in each step's per-source losses (and, when the run measures them, the sources'
+target gains), ``decide`` picks the weights of a new phase inside the region in force and names
+the phase with one of its ``labels``, and ``metrics`` exposes what is worth logging. The curriculum
+engine (:mod:`andrea_jax.curriculum.engine`) owns everything else: the phases' lengths, the
+geometries and their pivots, the decision lag, the exclusions and the final exact projection onto
+the region.
 
-* ``"andrea"`` (:func:`andrea_walk`): the source document's walk. A *random* phase (probability
+Mixers are made by factories with typed keyword arguments, as ``optax.adamw(b1=...)``; the
+``curriculum.mixer`` section of a config holds one factory's name and its arguments, nothing else
+(:mod:`andrea_jax.curriculum.registry`). The built-in ones:
+
+* :func:`andrea_walk` (``"andrea"``): the source document's walk. A *random* phase (probability
   ``random_share``) jumps to a point drawn uniformly in the region; a *bandit* phase moves toward
   the UCB-optimal vertex ``v`` of the region (:func:`andrea_jax.simplex.greedy_vertex` of the
-  bandit's indices, ties broken at random): ``w <- (1 - eta) w + eta v``. ``"bandit_only"`` and
-  ``"random_only"`` are the same walk with ``random_share`` 0 and 1.
-* ``"static"`` (:func:`static`): every phase holds the region's mixture (a geometry's own
-  ``mixture``, else ``curriculum.static_mixture``, uniform by default).
+  bandit's indices, ties broken at random): ``w <- (1 - eta) w + eta v``. The bandit's reward is
+  each source's own learning progress (``reward="progress"``) or its *target gain*
+  (``reward="target_gain"``: how fast a step on it lowers the loss on the run's declared target,
+  :mod:`andrea_jax.target_gain`). ``"bandit_only"`` and ``"random_only"`` are the walk with
+  ``random_share`` 0 and 1.
+* :func:`static` (``"static"``): every phase holds one mixture (uniform by default). A geometry
+  with a ``mixture`` of its own is held by a static mixer of that mixture, whatever the run's
+  mixer: a held mixture is a mixer like any other.
 * ``"exp3"`` and ``"elastic"``: the baselines users compare against (:mod:`.exp3`, ODM's online data
   mixing; :mod:`.elastic`, shares in proportion to each source's log-time learning rate).
-* ``"package.module:factory"``: a mixer of the user's own, ``factory(curriculum_section) -> Mixer``
-  (or a :class:`Mixer` itself), imported by name, so a run that uses it resumes from the command
-  line like any other.
+* ``"package.module:factory"``: a mixer of the user's own, built the same way.
 
-Writing a mixer (greedy on the last observed loss, say)::
+Writing a mixer (half way to the vertex of the highest last observed loss)::
 
-  def greedy(section):
-    def init(num_sources):
-      return jnp.zeros((num_sources,), jnp.float32)
+  def greedy(*, step_size: float = 0.5) -> Mixer:
     def observe(last_S, obs):
       return jnp.where(obs.tokens_S > 0, obs.losses_S, last_S)
     def decide(last_S, d):
       vertex_S = simplex.greedy_vertex(last_S, d.lower_S, d.upper_S)
-      return 0.5 * d.current_S + 0.5 * vertex_S, KIND_CUSTOM, last_S
-    return Mixer(init, observe, decide, lambda last_S: {"last_loss": last_S})
+      return (1 - step_size) * d.current_S + step_size * vertex_S, "greedy", last_S
+    return Mixer(lambda n: jnp.zeros((n,)), observe, decide,
+                 lambda last_S: {"last_loss": last_S}, labels=("greedy",))
 
-Every function must be jittable; ``decide`` may return any point of the simplex, the engine projects
-it onto the region.
+Every function must be jittable; ``decide`` may return any point of the simplex (the engine
+projects it onto the region) and names its phase by a label (a string of ``labels``, or an int32
+index into them when the choice is traced, as :func:`walk`'s random-or-bandit).
 """
 
 from __future__ import annotations
 
-import functools
-import importlib
+import math
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NewType
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 
-from andrea_jax import bandit as bandit_lib
 from andrea_jax import simplex
+from andrea_jax.curriculum import bandit as bandit_lib
 
 PyTree = Any
 
-KIND_RANDOM, KIND_BANDIT, KIND_FIXED, KIND_EXP3, KIND_ELASTIC, KIND_CUSTOM = range(6)
-"""Phase kinds (logged as ``curriculum/phase_kind``): a uniform jump, a step toward the UCB vertex,
-a held mixture (the first phase, ``static``, a geometry's own mixture), an EXP3 distribution, an
-elastic mixture, and a user's mixer."""
+SourceWeights = NewType("SourceWeights", tuple)
+"""A factory argument holding one relative weight per source, in the run's source order (the
+config spells it as a section keyed by source; :mod:`andrea_jax.curriculum.registry`)."""
 
-KIND_NAMES = ("random", "bandit", "fixed", "exp3", "elastic", "custom")
+REWARDS = ("progress", "target_gain")
+"""What ANDREA's bandit is rewarded by: each source's learning progress, or its target gain."""
 
 # Random tie-breaking of equal UCB indices (e.g. before any observation): far below any real gap.
 _TIE_NOISE = 1e-6
@@ -71,11 +76,15 @@ class Observation(NamedTuple):
     losses_S: mean loss per source (anything where ``tokens_S == 0``).
     tokens_S: tokens per source in the batch (0 on a skipped, non-finite step).
     weights_S: the mixture the batch was drawn from (0 = not allowed).
+    target_gain_S: how fast a step on each source lowers the loss on the run's target, first
+      order (:mod:`andrea_jax.target_gain`); NaN where the step measured nothing (measurements
+      are every ``target_gain.every`` steps, none when it is 0).
   """
   step: jax.Array
   losses_S: jax.Array
   tokens_S: jax.Array
   weights_S: jax.Array
+  target_gain_S: jax.Array
 
 
 class Decision(NamedTuple):
@@ -86,7 +95,6 @@ class Decision(NamedTuple):
     start: int32, the phase's first step.
     lower_S, upper_S: the region in force (floors; ceilings with the exclusions applied).
     current_S: the walk's current point projected onto the region.
-    held_S: the region's held mixture, restricted to its allowed sources and renormalised.
     pivot: bool, whether the region changed since the previous phase.
   """
   key: jax.Array
@@ -94,7 +102,6 @@ class Decision(NamedTuple):
   lower_S: jax.Array
   upper_S: jax.Array
   current_S: jax.Array
-  held_S: jax.Array
   pivot: jax.Array
 
 
@@ -104,48 +111,118 @@ class Mixer(NamedTuple):
   Attributes:
     init: ``num_sources -> state``, the state before any step (a pytree of arrays).
     observe: ``(state, Observation) -> state``, called once per training step.
-    decide: ``(state, Decision) -> (weights [S], kind int32, state)``, called at each phase
-      decision (``decision_lag`` steps before the phase starts); ``kind`` is one of ``KIND_*``.
+    decide: ``(state, Decision) -> (weights [S], label, state)``, called at each phase decision
+      (``decision_lag`` steps before the phase starts); ``label`` is one of ``labels`` (a string,
+      or an int32 index into ``labels``).
     metrics: ``state -> dict`` of arrays to log (scalars go to ``metrics.jsonl``).
+    labels: the names of the phases ``decide`` makes (logged as ``curriculum/phase_label``).
+    start: ``Decision -> weights [S]``, the mixture of the run's first phase, before anything is
+      observed (labelled ``"start"``); ``None``: the uniform mixture, projected onto the region.
   """
   init: Callable[[int], PyTree]
   observe: Callable[[PyTree, Observation], PyTree]
-  decide: Callable[[PyTree, Decision], tuple[jax.Array, jax.Array, PyTree]]
+  decide: Callable[[PyTree, Decision], tuple[jax.Array, Any, PyTree]]
   metrics: Callable[[PyTree], dict[str, jax.Array]]
+  labels: tuple[str, ...] = ("mixed",)
+  start: Callable[[Decision], jax.Array] | None = None
 
 
-@functools.lru_cache(maxsize=None)
-def static() -> Mixer:
-  """The static mixture: every phase holds ``Decision.held_S``; no state, nothing observed."""
+def restrict(mixture_S: jax.Array, upper_S: jax.Array) -> jax.Array:
+  """``mixture_S`` on the sources ``upper_S`` allows (ceiling > 0), renormalised; uniform over them
+  when it gives them nothing (a source excluded at run time). ``[S]`` float32.
+
+  Example: ``restrict([2, 1, 1], [1, 1, 0])`` is ``[2/3, 1/3, 0]``.
+  """
+  allowed_S = (jnp.asarray(upper_S) > 0).astype(jnp.float32)
+  m_S = jnp.asarray(mixture_S, jnp.float32) * allowed_S
+  total = jnp.sum(m_S)
+  return jnp.where(total > 0, m_S / jnp.where(total > 0, total, 1.0),
+                   allowed_S / jnp.maximum(jnp.sum(allowed_S), 1.0))
+
+
+def static(*, mixture: SourceWeights | None = None) -> Mixer:
+  """The static mixture: every phase, the first included, holds ``mixture`` (relative weights,
+  one per source; ``None`` = uniform) on the sources the region allows, renormalised
+  (:func:`restrict`); the engine then projects it onto the region, which moves it only where a
+  floor or ceiling binds. No state, nothing observed.
+
+  Example:
+    >>> mixer = static(mixture=(2.0, 1.0, 1.0))      # 1/2, 1/4, 1/4 wherever all three are allowed
+  """
+  if mixture is None:
+    mixture_S = None
+  else:
+    mixture = tuple(mixture)
+    for i, w in enumerate(mixture):
+      if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+        raise ValueError(f"mixture[{i}] must be a finite number >= 0, got {w!r}")
+    if not sum(mixture) > 0:
+      raise ValueError("mixture: every weight is 0; at least one source needs a positive weight")
+    mixture_S = mixture
+
+  def hold(d: Decision) -> jax.Array:
+    m_S = jnp.ones_like(d.upper_S) if mixture_S is None else jnp.asarray(mixture_S, jnp.float32)
+    return restrict(m_S, d.upper_S)
+
   return Mixer(init=lambda num_sources: (), observe=lambda state, obs: state,
-               decide=lambda state, d: (d.held_S, jnp.int32(KIND_FIXED), state),
-               metrics=lambda state: {})
+               decide=lambda state, d: (hold(d), "held", state), metrics=lambda state: {},
+               labels=("held",), start=hold)
 
 
-@functools.lru_cache(maxsize=None)
-def andrea_walk(bandit: bandit_lib.BanditParams = bandit_lib.BanditParams(), eta: float = 0.3,
-                random_share: float = 0.25) -> Mixer:
+def andrea_walk(*, eta: float = 0.3, random_share: float = 0.25, reward: str = "progress",
+                discount: float = 0.995, exploration: float = 0.05, min_count: float = 1.0,
+                prior_count: float = 0.01, reward_knee: float = 1.0,
+                pivot_discount: float = 0.25) -> Mixer:
   """ANDREA's walk: random phases with probability ``random_share``, bandit phases otherwise.
 
-  Its state is the bandit's (:class:`andrea_jax.bandit.BanditState`). At each decision the bandit
-  closes its observation window and, at a pivot, discounts its statistics by
-  ``bandit.pivot_discount`` (the model is not reset at a pivot: what it knows of each source's
-  learning progress stays informative, but the confidence bonuses grow so that it re-explores the
-  new region). A bandit phase moves ``eta`` of the way from the current point to the region's
-  vertex of highest UCB index: ``w <- (1 - eta) w + eta v``.
+  Its state is the bandit's (:class:`andrea_jax.curriculum.bandit.BanditState`). At each decision
+  the bandit closes its observation window and, at a pivot, discounts its statistics by
+  ``pivot_discount`` (the model is not reset at a pivot: what it knows of each source stays
+  informative, but the confidence bonuses grow so that it re-explores the new region). A bandit
+  phase moves ``eta`` of the way from the current point to the region's vertex of highest UCB
+  index: ``w <- (1 - eta) w + eta v``. The first phase is the uniform mixture (nothing observed).
+
+  Args:
+    eta: the step toward the vertex, in (0, 1].
+    random_share: the probability that a phase is random, in [0, 1].
+    reward: ``"progress"`` (each source's learning progress, observed on every batch) or
+      ``"target_gain"`` (how fast a step on each source lowers the loss on the run's target,
+      measured every ``target_gain.every`` steps: the run must declare ``eval.target``).
+    discount, exploration, min_count, prior_count, reward_knee, pivot_discount: the bandit's
+      (:class:`andrea_jax.curriculum.bandit.BanditParams`, where the formulas are).
 
   Example:
     >>> mixer = andrea_walk(eta=0.3, random_share=0.0)      # "bandit_only"
     >>> state = mixer.init(16)
   """
+  for name, value, low, high, closed_low in (("eta", eta, 0.0, 1.0, False),
+                                              ("random_share", random_share, 0.0, 1.0, True)):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+        (low <= value if closed_low else low < value) and value <= high):
+      raise ValueError(f"{name} must be in {'[' if closed_low else '('}{low:g}, {high:g}], got "
+                       f"{value!r}")
+  if reward not in REWARDS:
+    raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
+  try:
+    bandit = bandit_lib.BanditParams(discount=discount, exploration=exploration,
+                                     min_count=min_count, prior_count=prior_count,
+                                     reward_knee=reward_knee, pivot_discount=pivot_discount)
+  except (TypeError, ValueError) as e:   # "bandit.discount must be ..." -> "discount must be ..."
+    raise type(e)(str(e).removeprefix("bandit.")) from None
+  eta, random_share = float(eta), float(random_share)
+  by_gain = reward == "target_gain"
+
   def observe(state: bandit_lib.BanditState, obs: Observation) -> bandit_lib.BanditState:
+    if by_gain:
+      return bandit_lib.observe_gain(state, obs.target_gain_S)
     return bandit_lib.observe(state, obs.losses_S, obs.tokens_S)
 
   def decide(state: bandit_lib.BanditState, d: Decision):
-    state = bandit_lib.close_window(bandit, state)
+    close = bandit_lib.close_gain_window if by_gain else bandit_lib.close_window
+    state = close(bandit, state)
     state = bandit_lib.discount(state, jnp.where(d.pivot, bandit.pivot_discount, 1.0))
-    weights_S, kind = walk(d, bandit_lib.ucb_index(bandit, state), eta, random_share)
-    return weights_S, kind, state
+    weights_S, label = walk(d, bandit_lib.ucb_index(bandit, state), eta, random_share)
+    return weights_S, label, state
 
   def metrics(state: bandit_lib.BanditState) -> dict[str, jax.Array]:
     return {"ucb": bandit_lib.ucb_index(bandit, state),
@@ -155,19 +232,41 @@ def andrea_walk(bandit: bandit_lib.BanditParams = bandit_lib.BanditParams(), eta
             "progress": bandit_lib.estimates(state),
             "reward_scale": bandit_lib.reward_scale(state)}
 
-  return Mixer(init=bandit_lib.init, observe=observe, decide=decide, metrics=metrics)
+  return Mixer(init=bandit_lib.init, observe=observe, decide=decide, metrics=metrics,
+               labels=WALK_LABELS)
+
+
+def bandit_only(*, eta: float = 0.3, reward: str = "progress", discount: float = 0.995,
+                exploration: float = 0.05, min_count: float = 1.0, prior_count: float = 0.01,
+                reward_knee: float = 1.0, pivot_discount: float = 0.25) -> Mixer:
+  """:func:`andrea_walk` with no random phase (``random_share = 0``)."""
+  return andrea_walk(eta=eta, random_share=0.0, reward=reward, discount=discount,
+                     exploration=exploration, min_count=min_count, prior_count=prior_count,
+                     reward_knee=reward_knee, pivot_discount=pivot_discount)
+
+
+def random_only(*, eta: float = 0.3) -> Mixer:
+  """:func:`andrea_walk` with random phases only (``random_share = 1``): a uniform draw in the
+  region every phase. ``eta`` is unused by its phases (kept so that a config switching between
+  the walks keeps its field)."""
+  return andrea_walk(eta=eta, random_share=1.0)
+
+
+WALK_LABELS = ("random", "bandit")
+"""The labels :func:`walk` picks between (index 0 and 1)."""
 
 
 def walk(d: Decision, scores_S: jax.Array, eta: float, random_share: float
          ) -> tuple[jax.Array, jax.Array]:
-  """One phase of ANDREA's walk: ``(weights [S], kind)``.
+  """One phase of ANDREA's walk: ``(weights [S], label)``, the label an int32 index into
+  :data:`WALK_LABELS` (0 random, 1 bandit).
 
   With probability ``random_share`` a random phase, a point drawn uniformly in the region
   (:func:`andrea_jax.simplex.sample_uniform`); otherwise a bandit phase, ``(1 - eta) w + eta v``
   from the current point ``w`` toward the region's vertex ``v`` of highest ``scores_S``
   (:func:`andrea_jax.simplex.greedy_vertex`; ties broken at random). The draws come from
   ``d.key``. :func:`andrea_walk` scores the sources by the bandit's UCB index; a mixer of one's own
-  may walk by any other score.
+  may walk by any other score (with ``labels=WALK_LABELS``).
   """
   _, k_kind, k_sample, k_tie = jax.random.split(d.key, 4)
 
@@ -181,37 +280,28 @@ def walk(d: Decision, scores_S: jax.Array, eta: float, random_share: float
     return ((1 - eta) * d.current_S + eta * vertex_S).astype(jnp.float32)
 
   is_random = jax.random.uniform(k_kind) < random_share
-  kind = jnp.where(is_random, KIND_RANDOM, KIND_BANDIT).astype(jnp.int32)
-  return jax.lax.cond(is_random, random_phase, bandit_phase), kind
+  label = jnp.where(is_random, 0, 1).astype(jnp.int32)
+  return jax.lax.cond(is_random, random_phase, bandit_phase), label
 
 
 def is_mixer(obj: object) -> bool:
-  """Whether ``obj`` has a mixer's four callables."""
-  return all(callable(getattr(obj, f, None)) for f in Mixer._fields)
+  """Whether ``obj`` has a mixer's four functions (``labels`` and ``start`` may be absent)."""
+  return all(callable(getattr(obj, f, None)) for f in ("init", "observe", "decide", "metrics"))
 
 
-def import_mixer(name: str, section: ml_collections.ConfigDict) -> Mixer:
-  """The mixer that ``curriculum.strategy = "package.module:factory"`` names.
-
-  ``factory`` is called with the ``curriculum`` section (so it can read knobs of its own from it)
-  unless it is a :class:`Mixer` already. A ``ValueError`` names the field when the module, the name
-  or the result is not what it should be.
-  """
-  module_name, _, attr = name.partition(":")
-  where = f"curriculum.strategy = {name!r}"
-  if not module_name or not attr:
-    raise ValueError(f"{where}: a mixer of your own is named 'package.module:factory'")
-  try:
-    module = importlib.import_module(module_name)
-  except ImportError as e:
-    raise ValueError(f"{where}: cannot import {module_name!r} ({e})") from None
-  factory = getattr(module, attr, None)
-  if factory is None:
-    raise ValueError(f"{where}: module {module_name!r} has no {attr!r}")
-  if not (is_mixer(factory) or callable(factory)):
-    raise ValueError(f"{where}: {attr!r} is neither a Mixer nor callable")
-  mixer = factory if is_mixer(factory) else factory(section)
-  if not is_mixer(mixer):
-    raise ValueError(f"{where}: {attr}(curriculum) returned {type(mixer).__name__}, not a Mixer "
-                     "(init, observe, decide, metrics)")
-  return Mixer(*(getattr(mixer, f) for f in Mixer._fields))
+def as_mixer(obj: object) -> Mixer:
+  """``obj`` (anything with a mixer's functions) as a :class:`Mixer`, its labels checked: a
+  ``ValueError`` unless they are a non-empty tuple of distinct non-empty strings (``"start"`` is
+  the engine's)."""
+  labels = getattr(obj, "labels", ("mixed",))
+  if (not isinstance(labels, (tuple, list)) or not labels
+      or not all(isinstance(x, str) and x for x in labels) or len(set(labels)) != len(labels)):
+    raise ValueError(f"the mixer's labels must be a non-empty tuple of distinct non-empty strings, "
+                     f"got {labels!r}")
+  if "start" in labels:
+    raise ValueError(f"the mixer's labels {tuple(labels)} name a phase 'start': that label is the "
+                     "engine's (the run's first phase)")
+  start = getattr(obj, "start", None)
+  if start is not None and not callable(start):
+    raise ValueError(f"the mixer's start must be a function of the Decision or None, got {start!r}")
+  return Mixer(obj.init, obj.observe, obj.decide, obj.metrics, tuple(labels), start)

@@ -8,7 +8,7 @@ shapes are read:
 * a **schedule**, the run cut into parts by start (a fraction of ``train.num_steps`` in
   ``[0, 1)``, or ``start_step`` in steps), each on the full simplex holding its ``mixture``
   (relative weights by source name; a source left out gets 0) or, without one, left to the run's
-  strategy (``"static"``: ``curriculum.static_mixture``, uniform by default)::
+  mixer (``"static"``: ``curriculum.mixer.mixture``, uniform by default)::
 
     {"schedule": [{"start": 0.0, "mixture": {"code": 3, "docs": 1}}, {"start": 0.5}]}
 
@@ -22,7 +22,7 @@ sources is refused rather than silently reweighted.
 
 Example (``experiments/mixture_file.py`` does this for the main job)::
 
-  c.curriculum.strategy = "static"
+  curriculum.set_mixer(c, "static")
   c.curriculum.geometries = read_mixture_file("fit.json", num_steps=c.train.num_steps,
                                               sources=SOURCES)
 """
@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 
 import ml_collections
 
+from andrea_jax import storage
 from andrea_jax.curriculum.config import geometry, source_key
 
 
@@ -143,7 +144,5 @@ def write_mixture_file(path: str | os.PathLike, schedule: Sequence[tuple[float, 
   content = {"sources": list(sources),
              "schedule": [{"start": float(start), **({} if m is None else {"mixture": dict(m)})}
                           for start, m in schedule], **extra}
-  tmp = f"{os.fspath(path)}.tmp"
-  with open(tmp, "w") as f:
-    json.dump(content, f, indent=1)
-  os.replace(tmp, path)
+  storage.atomic_write(os.fspath(path), json.dumps(content, indent=1),
+                       "the mixture file was not written; nothing else changed")

@@ -87,7 +87,8 @@ def plot_triangle_walk(points_Kx3: np.ndarray, region_vertices_Vx3: np.ndarray, 
     region_vertices_Vx3: the vertices of the accessible region (any order).
     path: the PNG to write.
     names: the three corners, in coordinate order.
-    kinds: per point ``"random"``, ``"bandit"``, ``"fixed"``, ``"exp3"`` or ``"elastic"`` (marker
+    kinds: per point its phase's label, ``"random"``, ``"bandit"``, ``"start"``, ``"held"``,
+      ``"exp3"`` or ``"elastic"`` (marker
       shapes), optional.
     title: figure title.
   """
@@ -105,8 +106,8 @@ def plot_triangle_walk(points_Kx3: np.ndarray, region_vertices_Vx3: np.ndarray, 
   ax.plot(*xy.T, color="0.35", linewidth=0.8, zorder=2)
   kinds = list(kinds) if kinds is not None else ["bandit"] * len(xy)
   for kind, marker, color in (("random", "o", "tab:orange"), ("bandit", "^", "tab:green"),
-                              ("fixed", "s", "tab:purple"), ("exp3", "D", "tab:brown"),
-                              ("elastic", "P", "tab:pink")):
+                              ("start", "s", "tab:purple"), ("held", "v", "tab:gray"),
+                              ("exp3", "D", "tab:brown"), ("elastic", "P", "tab:pink")):
     sel = np.array([k == kind for k in kinds], bool)
     if sel.any():
       ax.scatter(*xy[sel].T, marker=marker, s=22, color=color, zorder=3, label=f"{kind} phase")

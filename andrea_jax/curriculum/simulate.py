@@ -33,7 +33,7 @@ import numpy as np
 
 from andrea_jax.curriculum import config as config_lib
 from andrea_jax.curriculum import engine
-from andrea_jax.curriculum.mixer import KIND_NAMES
+from andrea_jax.curriculum import registry
 
 
 @flax.struct.dataclass
@@ -115,7 +115,8 @@ class SimulationResult:
 
   Attributes:
     weights: ``[N, S]`` float32, the weights used at each step.
-    phase_ids, kinds, geometries: ``[N]`` int32: phase number, kind and geometry of each step.
+    phase_ids, labels, geometries: ``[N]`` int32: phase number, label (an index into
+      ``label_names``, the spec's labels) and geometry of each step.
     lag_consistent: ``[N]`` bool: every schedule snapshot valid for the step (read after
       ``update(t - 1 - decision_lag)`` through ``update(t)``) gave the weights used.
     first_step: the first simulated step.
@@ -125,20 +126,22 @@ class SimulationResult:
   """
   weights: np.ndarray
   phase_ids: np.ndarray
-  kinds: np.ndarray
+  labels: np.ndarray
   geometries: np.ndarray
   lag_consistent: np.ndarray
   first_step: int
   state: engine.CurriculumState
   model_state: Any
   reward_model: Any
+  label_names: tuple[str, ...] = ()
 
   @property
   def next_step(self) -> int:
     return self.first_step + len(self.weights)
 
   def phases(self, spec: config_lib.CurriculumSpec | None = None) -> list[dict]:
-    """One record per phase seen: ``start``, ``length`` (within the run), ``kind``, ``geometry``."""
+    """One record per phase seen: ``start``, ``length`` (within the run), ``label`` (e.g.
+    ``"random"``, ``"bandit"``), ``geometry`` (its name when ``spec`` is given, else its index)."""
     ids = self.phase_ids
     firsts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
     ends = np.r_[firsts[1:], len(ids)]
@@ -146,7 +149,7 @@ class SimulationResult:
     for a, b in zip(firsts, ends):
       g = int(self.geometries[a])
       out.append({"phase": int(ids[a]), "start": int(self.first_step + a), "length": int(b - a),
-                  "kind": KIND_NAMES[int(self.kinds[a])],
+                  "label": self.label_names[int(self.labels[a])],
                   "geometry": spec.geometry_names[g] if spec is not None else g})
     return out
 
@@ -164,7 +167,7 @@ def _scan(spec, state, model, model_state, queue, key, first_step, num_steps):
     state, model_state, queue = carry
     w_S = engine.lookup(jax.tree.map(lambda x: x[0], queue), step)
     slot = (step >= state.starts[1]).astype(jnp.int32)
-    ids = (state.phase_ids[slot], state.kinds[slot], state.geometries[slot])
+    ids = (state.phase_ids[slot], state.labels[slot], state.geometries[slot])
     model_state, losses_S, tokens_S = model(model_state, w_S, step, jax.random.fold_in(key, step))
     state = engine.update(spec, state, step, losses_S, tokens_S)
     queue = jax.tree.map(lambda q, x: jnp.concatenate([q[1:], x[None]]), queue,
@@ -226,10 +229,11 @@ def simulate(spec: config_lib.CurriculumSpec, key: jax.Array, num_steps: int,
                                              key_model, jnp.int32(first + done), n)
     outs.append(out)
     done += n
-  w, ids, kinds, geoms, agree = (np.concatenate([np.asarray(o[i]) for o in outs]) for i in range(5))
-  return SimulationResult(weights=w, phase_ids=ids, kinds=kinds, geometries=geoms,
+  w, ids, labels, geoms, agree = (np.concatenate([np.asarray(o[i]) for o in outs]) for i in range(5))
+  return SimulationResult(weights=w, phase_ids=ids, labels=labels, geometries=geoms,
                           lag_consistent=agree, first_step=first, state=state,
-                          model_state=model_state, reward_model=reward_model)
+                          model_state=model_state, reward_model=reward_model,
+                          label_names=spec.labels)
 
 
 SEED_TRIANGLE = ("hermes3-general", "gutenberg", "dictionary")
@@ -245,8 +249,9 @@ def seed_triangle_spec(config: ml_collections.ConfigDict | None = None
   :func:`curriculum_config`).
   """
   c = ml_collections.ConfigDict((config or config_lib.curriculum_config()).to_dict())
-  # The run's mixtures name its own sources, not the example's three: the example holds uniform.
-  c.static_mixture = ml_collections.ConfigDict()
+  # The run's mixer over the example's three sources (a per-source weight of another source
+  # is dropped; one of the three keeps its weight).
+  c.mixer = registry.for_sources(c.mixer, SEED_TRIANGLE)
   g = ml_collections.ConfigDict()
   g.seed_example = config_lib.geometry("seed_example", 0, floors={"hermes3-general": 0.5},
                                        ceilings={"dictionary": 0.25}, sources=SEED_TRIANGLE)

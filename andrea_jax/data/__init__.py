@@ -2,11 +2,13 @@
 
 * :mod:`tokenizers` -- ``load_tokenizer("bytes" | tokenizers .json | SentencePiece .model)``,
   ``train_bpe``.
-* :mod:`readers`, :mod:`prepare_lib`, :mod:`manifest` -- local files (JSONL, text, Parquet) to
-  token shards and ``manifest.json``; command line ``python -m andrea_jax.data.prepare``.
-* :mod:`hub` (with :mod:`chat`, :mod:`chat_templates`, :mod:`hfhub`) -- Hugging Face datasets
-  as sources (``HubSpec``), conversations rendered with chat templates; :mod:`andrea_sources` --
-  public datasets for ANDREA-120M's named sources.
+* :mod:`readers`, :mod:`prepare_lib`, :mod:`manifest` (with :mod:`encode`, :mod:`commit`) --
+  local files (JSONL, text, Parquet) to token shards and ``manifest.json``, each source swapped in
+  all or nothing; command line ``python -m andrea_jax.data.prepare``.
+* :mod:`hub` (with :mod:`hub_rows`, :mod:`chat`, :mod:`chat_templates`, :mod:`chat_files`,
+  :mod:`chat_masks`, :mod:`hfhub`) -- Hugging Face datasets as sources (``HubSpec``),
+  conversations rendered with chat templates, the loss on the assistant's turns only
+  (``loss_on``); :mod:`andrea_sources` -- public datasets for ANDREA-120M's named sources.
 * :mod:`shards` -- ``PreparedData.open``: memory-mapped shards, every check before training starts.
 * :mod:`corpus` (with :mod:`styles`, :mod:`textgen`) -- the synthetic built-in corpus.
 * :mod:`stdlib_corpus` (with :mod:`stdlib_text`, :mod:`corrupt`) -- the real-text built-in corpus,

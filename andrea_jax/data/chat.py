@@ -1,16 +1,20 @@
 """Conversations from the Hub's row shapes: message lists and OpenAssistant message trees.
 
-A conversation is a list of messages ``{"role", "content"}`` (roles :data:`ROLES`); a template of
-:mod:`andrea_jax.data.chat_templates` renders it as one document. Pure functions:
+A conversation is a list of messages ``{"role", "content", ...}`` (roles :data:`ROLES`); a template
+of :mod:`andrea_jax.data.chat_templates` renders it as one document. Pure functions:
 
 * :func:`normalize_messages` -- a row's list of messages in either shape the Hub uses: ``role`` /
   ``content`` (SmolTalk, OpenAI) or ``from`` / ``value`` (ShareGPT, Hermes 3; ``human`` -> user,
-  ``gpt`` -> assistant), with an optional system prompt from a separate field put first.
+  ``gpt`` -> assistant), with an optional system prompt from a separate field put first. A
+  message's other fields (``reasoning_content``, ``tool_calls``, ``name``, ...) are kept, those
+  whose value is ``None`` dropped, as ``transformers``' ``apply_chat_template`` hands them to a
+  template.
 * :func:`tree_node`, :func:`tree_threads` -- OpenAssistant's message trees (one row per message,
   ``message_id`` / ``parent_id``, roles ``prompter`` / ``assistant``, the text in ``text``)
   flattened into threads: **every root-to-leaf path is one conversation**, in the order of the
   leaves' rows. Threads that share a prompt repeat it, as OpenAssistant's own thread export does;
-  each reply the volunteers wrote is trained on once, at the end of its own thread.
+  each reply the volunteers wrote is trained on once, at the end of its own thread. Messages whose
+  parents close a loop (no root above them) are refused.
 
 Bad input raises :class:`ConversationError` saying what is wrong with the conversation; the
 reader (:mod:`andrea_jax.data.hub`) adds the dataset, the split and the row.
@@ -27,7 +31,9 @@ ROLES = ("system", "user", "assistant", "tool")
 ROLE_NAMES = {"system": "system", "user": "user", "human": "user", "prompter": "user",
               "assistant": "assistant", "gpt": "assistant", "tool": "tool"}
 
-Message = dict[str, str]
+Message = dict[str, Any]
+# The keys of each shape that hold the role and the content (consumed, not passed on as fields).
+_SHAPES = (("role", "content"), ("from", "value"))
 
 
 class ConversationError(DataError):
@@ -51,11 +57,14 @@ def _content(value: Any, where: str) -> str:
 
 
 def normalize_messages(messages: Any, *, system: Any = None) -> list[Message]:
-  """``[{"role", "content"}]`` of a row's messages, roles mapped onto :data:`ROLES`.
+  """``[{"role", "content", ...}]`` of a row's messages, roles mapped onto :data:`ROLES`.
 
   Each message is a mapping with ``role`` and ``content`` (OpenAI, SmolTalk) or ``from`` and
   ``value`` (ShareGPT, Hermes 3); ``human``/``prompter`` become ``user``, ``gpt`` ``assistant``.
-  A missing key and ``None`` are the same (Arrow fills a key absent from one message with None).
+  Its other fields follow ``role`` and ``content`` in their own order, as ``apply_chat_template``
+  passes them to a template; a field whose value is ``None`` is dropped (Arrow fills a key absent
+  from one message with None, and templates test ``message.tool_calls is defined``). The content
+  may be missing only beside ``tool_calls`` (an OpenAI tool call has ``content: null``).
 
   Args:
     messages: the row's list of messages.
@@ -63,11 +72,14 @@ def normalize_messages(messages: Any, *, system: Any = None) -> list[Message]:
 
   Raises:
     ConversationError: not a list, no messages, a message without a role, an unknown role,
-      content that is not a string (e.g. ``None``, or a list of content parts).
+      content that is not a string (e.g. ``None`` without ``tool_calls``, or a list of content
+      parts).
 
   Example:
     >>> normalize_messages([{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello"}])
     [{'role': 'user', 'content': 'Hi'}, {'role': 'assistant', 'content': 'Hello'}]
+    >>> normalize_messages([{"role": "assistant", "content": "", "reasoning_content": "2+2=4"}])
+    [{'role': 'assistant', 'content': '', 'reasoning_content': '2+2=4'}]
   """
   if not isinstance(messages, (list, tuple)):
     raise ConversationError(f"the messages are a {type(messages).__name__}, not a list")
@@ -80,14 +92,16 @@ def normalize_messages(messages: Any, *, system: Any = None) -> list[Message]:
     where = f"message {i}"
     if not isinstance(m, Mapping):
       raise ConversationError(f"{where} is a {type(m).__name__}, not a mapping")
-    if m.get("role") is not None:
-      role, content = m["role"], m.get("content")
-    elif m.get("from") is not None:
-      role, content = m["from"], m.get("value")
-    else:
+    shape = next((keys for keys in _SHAPES if m.get(keys[0]) is not None), None)
+    if shape is None:
       raise ConversationError(f"{where} has no role (no 'role' or 'from'; keys {sorted(m)})")
-    role = _role(role, where)
-    out.append({"role": role, "content": _content(content, f"{where} ({role})")})
+    role = _role(m[shape[0]], where)
+    message = {"role": role}
+    content = m.get(shape[1])
+    if content is not None or m.get("tool_calls") is None:
+      message["content"] = _content(content, f"{where} ({role})")
+    message.update((k, v) for k, v in m.items() if k not in shape and v is not None)
+    out.append(message)
   return out
 
 
@@ -129,8 +143,10 @@ def tree_threads(nodes: Sequence[TreeNode]) -> list[list[int]]:
   answers. ``nodes`` may hold many trees, in any order.
 
   Raises:
-    TreeError: a duplicated ``message_id``, a ``parent_id`` that is not among the nodes, or a
-      cycle; its ``index`` is the offending node's.
+    TreeError: a duplicated ``message_id``, a ``parent_id`` that is not among the nodes, or
+      messages whose parents close a loop (``a`` answers ``b`` which answers ``a``: no root above
+      them, so no thread would hold them); its ``index`` is the offending node's (for a loop, the
+      loop's first node in ``nodes``) and its message names every id of the loop.
 
   Example:
     >>> n = [TreeNode("a", None, "user", "Q"), TreeNode("b", "a", "assistant", "A1"),
@@ -151,14 +167,33 @@ def tree_threads(nodes: Sequence[TreeNode]) -> list[list[int]]:
         raise TreeError(f"message {node.message_id!r} answers parent {node.parent_id!r}, which is "
                         "not in the split (a tree whose parent is missing)", i)
       has_child[index[node.parent_id]] = True
+  parent = [None if n.parent_id is None else index[n.parent_id] for n in nodes]
+  _refuse_loops(nodes, parent)
   threads = []
-  for leaf, node in enumerate(nodes):
+  for leaf in range(len(nodes)):
     if has_child[leaf]:
       continue
     path = [leaf]
-    while nodes[path[-1]].parent_id is not None:
-      path.append(index[nodes[path[-1]].parent_id])
-      if len(path) > len(nodes):
-        raise TreeError(f"message {node.message_id!r}: its parents form a cycle", leaf)
+    while parent[path[-1]] is not None:
+      path.append(parent[path[-1]])
     threads.append(path[::-1])
   return threads
+
+
+def _refuse_loops(nodes: Sequence[TreeNode], parent: list[int | None]) -> None:
+  """``TreeError`` naming the first closed loop of parents, if any: each node is walked up once
+  (``O(n)``), marked as reaching a root once its walk does."""
+  reaches_root = [False] * len(nodes)
+  for start in range(len(nodes)):
+    walk, on_walk, i = [], set(), start
+    while i is not None and not reaches_root[i]:
+      if i in on_walk:   # the walk came back to itself: a loop with no root above it
+        loop = walk[walk.index(i):]
+        ids = [nodes[j].message_id for j in sorted(loop)]
+        raise TreeError(f"messages {ids} answer one another in a closed loop (each is another's "
+                        "parent, none is a root): their threads have no first message", min(loop))
+      walk.append(i)
+      on_walk.add(i)
+      i = parent[i]
+    for j in walk:
+      reaches_root[j] = True

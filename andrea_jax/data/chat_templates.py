@@ -1,13 +1,21 @@
 """Chat templates: how a conversation (:mod:`andrea_jax.data.chat`) becomes one document's text.
 
-* :func:`render_chat` with a :class:`ChatTemplate` from :func:`load_chat_template`: ``"chatml"``
-  (the default: ``<|im_start|>{role}\\n{content}<|im_end|>\\n`` per message), ``"plain"``
-  (``User: ...``, ``Assistant: ...`` paragraphs), or the Jinja ``chat_template`` of a tokenizer's
-  configuration, rendered as ``transformers``' ``apply_chat_template`` does (sandboxed Jinja with
-  ``trim_blocks``/``lstrip_blocks``, ``messages``, the special tokens ``bos_token``, ``eos_token``,
-  ..., ``add_generation_prompt=False``, ``raise_exception``, ``tojson``). ``strftime_now`` is
-  left undefined, so a template that prints today's date uses its own fixed default and the
-  prepared data stays the same from day to day.
+* :func:`render_chat` with a :class:`ChatTemplate`
+  (:func:`andrea_jax.data.chat_files.load_chat_template`): ``"chatml"``
+  (the default: ``<|im_start|>{role}\n{content}<|im_end|>\n`` per message), ``"plain"``
+  (``User: ...``, ``Assistant: ...`` paragraphs), or a Jinja chat template, rendered as
+  ``transformers``' ``apply_chat_template`` does: sandboxed Jinja with ``trim_blocks`` /
+  ``lstrip_blocks``; ``messages`` with every field of each message (a reasoning under
+  ``reasoning_content`` and ``thinking`` alike); ``tools``, a row's tool schemas (then the
+  tokenizer's ``tool_use`` template, when it has one and no template was named); the special
+  tokens ``bos_token``, ``eos_token``, ... of the tokenizer's configuration;
+  ``add_generation_prompt=False``, ``raise_exception``, ``tojson``. ``strftime_now`` is left
+  undefined, so a template that prints today's date uses its own fixed default and the prepared
+  data stays the same from day to day.
+  Where a Jinja template is read from (a tokenizer folder, a template file, the Hub) is
+  :mod:`andrea_jax.data.chat_files`.
+* :func:`render_generation_spans` -- the text with the character spans of the template's
+  ``{% generation %}`` blocks, as ``return_assistant_tokens_mask`` finds them.
 * :func:`check_chat_tokens`, :func:`add_chat_tokens` -- with a BPE tokenizer each marker of the
   template (``<|im_start|>``, ``<|im_end|>``, ...) must be one id, never split into pieces.
   Markers are kept as *added, non-special* tokens: this pipeline encodes special tokens spelled
@@ -18,12 +26,13 @@
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from andrea_jax.data.chat import ConversationError, Message
@@ -35,107 +44,60 @@ PLAIN_LABELS = {"system": "System", "user": "User", "assistant": "Assistant", "t
 # The special tokens transformers passes to a chat template (its tokenizer's special_tokens_map).
 TEMPLATE_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
                    "mask_token")
+_GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")   # transformers' test for the tag
+# Names a message's reasoning comes under; a template reads the first (and gpt-oss's `thinking`).
+_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+# While render_generation_spans runs: (the text rendered so far, in blocks; the spans found).
+_TRACKER: contextvars.ContextVar = contextvars.ContextVar("generation_spans", default=None)
 
 
 class ChatTemplate(NamedTuple):
-  """How conversations become text (see :func:`load_chat_template`).
+  """How conversations become text (see :func:`andrea_jax.data.chat_files.load_chat_template`).
 
   Attributes:
     name: ``"chatml"``, ``"plain"`` or ``"jinja:<where it came from>"``.
     source: the Jinja text (``""`` for the built-in templates).
     tokens: ``(name, text)`` of the special tokens the Jinja template sees (``bos_token``, ...).
     markers: the template's own tokens that a BPE tokenizer must keep as single ids.
+    tool_source: the tokenizer's ``tool_use`` template, rendered instead for a row with tools
+      (``""``: none, or a template was named).
   """
   name: str
   source: str = ""
   tokens: tuple[tuple[str, str], ...] = ()
   markers: tuple[str, ...] = ()
+  tool_source: str = ""
 
   @property
   def fingerprint(self) -> str:
     """SHA-256 of what decides the rendering (not where it came from)."""
     kind = self.name.split(":")[0]
-    key = json.dumps([kind, self.source, list(self.tokens)], ensure_ascii=True)
+    key = json.dumps([kind, self.source, list(self.tokens)]
+                     + ([self.tool_source] if self.tool_source else []), ensure_ascii=True)
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+  @property
+  def marks_generation(self) -> bool:
+    """Whether the template marks the assistant's text with ``{% generation %}`` blocks."""
+    return bool(_GENERATION_TAG.search(self.source)) and (
+        not self.tool_source or bool(_GENERATION_TAG.search(self.tool_source)))
 
 
 CHATML = ChatTemplate("chatml", markers=CHATML_MARKERS)
 PLAIN = ChatTemplate("plain")
 
 
-def _token_text(value: Any) -> str | None:
-  """A special token as tokenizer_config.json stores it: a string or ``{"content": ...}``."""
-  if isinstance(value, Mapping):
-    value = value.get("content")
-  return value if isinstance(value, str) else None
-
-
-def template_from_config(config: Mapping[str, Any], where: str = "tokenizer_config.json",
-                         name: str = "default") -> ChatTemplate:
-  """The :class:`ChatTemplate` of a parsed ``tokenizer_config.json``.
-
-  ``chat_template`` is a string, or a list of ``{"name", "template"}`` from which ``name`` is taken
-  (``"default"`` unless said otherwise). The markers are the added tokens of the configuration
-  (``added_tokens_decoder``) whose text appears in the template, plus the special tokens the
-  template names (``eos_token`` ...), whitespace-only tokens left out, as ``transformers`` finds a
-  template's control tokens.
-  """
-  raw = config.get("chat_template")
-  if isinstance(raw, list):
-    named = {t.get("name"): t.get("template") for t in raw if isinstance(t, Mapping)}
-    if name not in named:
-      raise DataError(f"{where}: no chat template named {name!r} (has {sorted(named)})")
-    raw = named[name]
-  if not isinstance(raw, str) or not raw:
-    raise DataError(f"{where}: no chat_template (a Jinja string) in the tokenizer configuration")
-  tokens = tuple((k, t) for k in TEMPLATE_TOKENS if (t := _token_text(config.get(k))) is not None)
-  added = [_token_text(v) for v in (config.get("added_tokens_decoder") or {}).values()]
-  markers = {t for t in added if t and t.strip() and t in raw}
-  markers |= {t for k, t in tokens if k in raw and t.strip()}
-  return ChatTemplate(f"jinja:{where}", raw, tokens, tuple(sorted(markers)))
-
-
-def load_chat_template(spec: str) -> ChatTemplate:
-  """The template named by ``spec``.
-
-  * ``"chatml"`` (default of the readers), ``"plain"``;
-  * a ``tokenizer_config.json`` file (or a directory holding one), ``path::name`` for one of its
-    named templates; a ``.jinja`` file holds the template alone (its markers are the ``<|...|>``
-    strings in it);
-  * ``"hf:<repo>[@revision]"``: the ``tokenizer_config.json`` of a Hub model (cached; fails at
-    once offline, see :mod:`andrea_jax.data.hfhub`).
+def template_variables(source: str) -> frozenset[str]:
+  """The variables a Jinja template reads that it does not set itself (``messages``,
+  ``eos_token``, ...), as ``jinja2.meta`` finds them.
 
   Example:
-    >>> load_chat_template("chatml").markers
-    ('<|im_start|>', '<|im_end|>')
+    >>> sorted(template_variables("{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}"))
+    ['bos_token', 'messages']
   """
-  if spec in ("chatml", ""):
-    return CHATML
-  if spec == "plain":
-    return PLAIN
-  path, _, name = spec.partition("::")
-  if path.startswith("hf:"):
-    from andrea_jax.data import hfhub
-    repo, revision = hfhub.split_name(path[3:])
-    path = hfhub.hub_file(repo, "tokenizer_config.json", revision=revision,
-                          what=f"chat template {spec!r}",
-                          local_hint="Point the template at a local tokenizer_config.json.")
-  path = os.path.expanduser(path)
-  if os.path.isdir(path):
-    path = os.path.join(path, "tokenizer_config.json")
-  if not os.path.isfile(path):
-    raise DataError(f"chat template {spec!r}: neither 'chatml', 'plain', 'hf:<repo>' nor an "
-                    "existing tokenizer_config.json or .jinja file")
-  with open(path, encoding="utf-8") as f:
-    text = f.read()
-  if path.endswith(".jinja"):
-    return ChatTemplate(f"jinja:{path}", text, (), tuple(sorted(set(re.findall(r"<\|[^|\s]+\|>",
-                                                                                 text)))))
-  try:
-    config = json.loads(text)
-  except ValueError as e:
-    raise DataError(f"chat template {spec!r}: {path} is not JSON ({e})") from e
-  return template_from_config(config, path, name or "default")
+  import jinja2.meta
+  return frozenset(jinja2.meta.find_undeclared_variables(_compiled(source).environment.parse(
+      source)))
 
 
 @functools.lru_cache(maxsize=8)
@@ -152,7 +114,9 @@ def _compiled(source: str):
                       "pip install 'andrea_jax[hub]'")
 
   class Generation(Extension):
-    """``{% generation %}...{% endgeneration %}`` marks assistant text for masks: rendered as is."""
+    """``{% generation %}...{% endgeneration %}`` marks assistant text: rendered as is, its span
+    recorded while :func:`render_generation_spans` runs (where the text so far ends, as
+    transformers' AssistantTracker measures it)."""
     tags = {"generation"}
 
     def parse(self, parser):
@@ -161,7 +125,13 @@ def _compiled(source: str):
       return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
 
     def _body(self, caller):
-      return caller()
+      text = caller()
+      tracking = _TRACKER.get()
+      if tracking is not None:
+        blocks, spans = tracking
+        start = sum(map(len, blocks))
+        spans.append((start, start + len(text)))
+      return text
 
   def raise_exception(message):
     raise jinja2.exceptions.TemplateError(message)
@@ -181,31 +151,92 @@ def _compiled(source: str):
     raise DataError(f"chat template: Jinja syntax error at line {e.lineno}: {e.message}") from e
 
 
-def render_chat(template: ChatTemplate, messages: Sequence[Message]) -> str:
+def _with_reasoning_aliases(messages: Sequence[Message]) -> list[Message]:
+  """Each message as a fresh dict, a reasoning given under any of its names also under
+  ``thinking`` and ``reasoning_content``, as ``transformers`` passes it."""
+  out = []
+  for m in messages:
+    reasoning = next((m[k] for k in _REASONING_FIELDS if m.get(k) is not None), None)
+    out.append({"thinking": reasoning, **m, "reasoning_content": reasoning}
+               if reasoning is not None else dict(m))
+  return out
+
+
+def _content_of(message: Message, template: str) -> str:
+  if "content" not in message:
+    raise ConversationError(f"a {message['role']} message has no content (only "
+                            f"{sorted(k for k in message if k != 'role')}); the built-in "
+                            f"template {template!r} renders content alone: use a Jinja template "
+                            "that reads those fields")
+  return message["content"]
+
+
+def render_chat(template: ChatTemplate, messages: Sequence[Message], tools: Any = None, *,
+                add_generation_prompt: bool = False) -> str:
   """The text of a conversation (``messages`` from :func:`normalize_messages`).
 
-  * ChatML: ``"".join(f"<|im_start|>{role}\\n{content}<|im_end|>\\n")``;
+  * ChatML: ``"".join(f"<|im_start|>{role}\\n{content}<|im_end|>\\n")``, then
+    ``"<|im_start|>assistant\\n"`` with ``add_generation_prompt``;
   * plain: ``"\\n\\n".join(f"{Role}: {content}")``, Role one of ``System``, ``User``,
-    ``Assistant``, ``Tool``;
-  * Jinja: ``template.render(messages=..., tools=None, documents=None,
-    add_generation_prompt=False, **special tokens)``.
+    ``Assistant``, ``Tool`` (``add_generation_prompt`` adds nothing);
+  * Jinja: ``template.render(messages=..., tools=tools, documents=None,
+    add_generation_prompt=add_generation_prompt, **special tokens)``, the ``tool_use`` template
+    for a conversation with tools when the tokenizer has one. The built-in templates ignore
+    ``tools``.
 
   Raises:
     ConversationError: the Jinja template raised (``raise_exception``, e.g. roles that do not
-      alternate) or failed.
+      alternate) or failed; a built-in template met a message without content.
 
   Example:
     >>> render_chat(CHATML, [{"role": "user", "content": "Hi"}])
     '<|im_start|>user\\nHi<|im_end|>\\n'
   """
   if template.name == "chatml":
-    return "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+    text = "".join(f"<|im_start|>{m['role']}\n{_content_of(m, 'chatml')}<|im_end|>\n"
+                   for m in messages)
+    return text + ("<|im_start|>assistant\n" if add_generation_prompt else "")
   if template.name == "plain":
-    return "\n\n".join(f"{PLAIN_LABELS[m['role']]}: {m['content']}" for m in messages)
-  compiled = _compiled(template.source)
+    return "\n\n".join(f"{PLAIN_LABELS[m['role']]}: {_content_of(m, 'plain')}" for m in messages)
+  return _render_jinja(template, messages, tools, add_generation_prompt, None)
+
+
+def render_generation_spans(template: ChatTemplate, messages: Sequence[Message],
+                            tools: Any = None) -> tuple[str, list[tuple[int, int]]]:
+  """``(text, spans)``: :func:`render_chat`'s text and the ``[start, end)`` character span of
+  each ``{% generation %}`` block in it, in order, as ``transformers``' ``apply_chat_template(...,
+  return_assistant_tokens_mask=True)`` records them (a block's start is the length of the text
+  rendered before it).
+
+  Example:
+    >>> t = ChatTemplate("jinja:x", "{% for m in messages %}{{ m.role }}: {% if m.role == "
+    ...     "'assistant' %}{% generation %}{{ m.content }}{% endgeneration %}{% else %}"
+    ...     "{{ m.content }}{% endif %}\\n{% endfor %}")
+    >>> render_generation_spans(t, [{"role": "user", "content": "Hi"},
+    ...                             {"role": "assistant", "content": "Yo"}])
+    ('user: Hi\\nassistant: Yo\\n', [(20, 22)])
+  """
+  spans: list[tuple[int, int]] = []
+  return _render_jinja(template, messages, tools, False, spans), spans
+
+
+def _render_jinja(template: ChatTemplate, messages: Sequence[Message], tools: Any,
+                  add_generation_prompt: bool, spans: list | None) -> str:
+  source = template.tool_source if tools is not None and template.tool_source else template.source
+  compiled = _compiled(source)
+  kwargs = dict(messages=_with_reasoning_aliases(messages), tools=tools, documents=None,
+                add_generation_prompt=add_generation_prompt, **dict(template.tokens))
   try:
-    return compiled.render(messages=[dict(m) for m in messages], tools=None, documents=None,
-                           add_generation_prompt=False, **dict(template.tokens))
+    if spans is None:
+      return compiled.render(**kwargs)
+    blocks: list[str] = []
+    token = _TRACKER.set((blocks, spans))
+    try:
+      for block in compiled.generate(**kwargs):
+        blocks.append(block)
+    finally:
+      _TRACKER.reset(token)
+    return "".join(blocks)
   except Exception as e:  # TemplateError from raise_exception, or any error inside the template
     raise ConversationError(f"the chat template {template.name} failed: {type(e).__name__}: "
                             f"{e}") from e

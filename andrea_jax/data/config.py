@@ -94,7 +94,13 @@ def source_files() -> ml_collections.ConfigDict:
   f.layout = "text"         # "text" (a text field), "messages" (a conversation), "tree" (OASST)
   f.messages_field = "messages"  # layout "messages": the list of messages
   f.system_field = ""       # layout "messages": a field holding a system prompt ("" = none)
-  f.template = "chatml"     # "chatml", "plain", or a tokenizer_config.json with a chat_template
+  # "chatml", "plain", a tokenizer folder (or its tokenizer_config.json), a .jinja or .json
+  # template file, or "hf:<repo>" (see andrea_jax.data.chat_files); "path::name": a named template
+  f.template = "chatml"
+  # Which tokens of a conversation the loss counts: "all", "assistant" (the assistant's turns, end-
+  # of-turn marker included) or "generation" (a Jinja template's {% generation %} blocks)
+  f.loss_on = "all"
+  f.tools_field = "tools"   # layout "messages": a row's tool schemas, passed to the template if present
   f.filter_field = ""       # keep only rows whose field equals filter_value ("" = every row)
   f.filter_value = ""       # comma-separated values of filter_field to keep
   f.streaming = False       # stream the dataset instead of downloading it whole
@@ -223,6 +229,10 @@ def _spec(cfg: ml_collections.ConfigDict, f: ml_collections.ConfigDict
           ) -> readers.SourceSpec | hub.HubSpec:
   eval_fraction = float(cfg.eval_fraction if f.eval_fraction is None else f.eval_fraction)
   paths = tuple(p.strip() for p in f.paths.split(",") if p.strip())
+  if f.format != "hf" and f.get("loss_on", "all") != "all":
+    # Checked here: a SourceSpec has no turns to mask, so the choice would be silently dropped.
+    raise ValueError(f"loss_on = {f.loss_on!r} needs conversations (format 'hf' with layout "
+                     f"'messages' or 'tree'), got format {f.format!r}")
   if f.format != "hf":
     return readers.SourceSpec(paths=paths, format=f.format, text_field=f.text_field,
                               separator=f.separator, eval_fraction=eval_fraction)
@@ -232,7 +242,8 @@ def _spec(cfg: ml_collections.ConfigDict, f: ml_collections.ConfigDict
       revision=f.revision or None, layout=f.layout, text_field=f.text_field,
       messages_field=f.messages_field, system_field=f.system_field, template=f.template,
       filter_field=f.filter_field, filter_value=(values[0] if len(values) == 1 else values or None),
-      streaming=f.streaming, max_tokens=f.max_tokens, eval_fraction=eval_fraction)
+      streaming=f.streaming, max_tokens=f.max_tokens, eval_fraction=eval_fraction,
+      loss_on=f.get("loss_on", "all"), tools_field=f.get("tools_field", "tools"))
 
 
 def source_specs(cfg: ml_collections.ConfigDict, sources: Sequence[str] = SOURCES
@@ -243,7 +254,10 @@ def source_specs(cfg: ml_collections.ConfigDict, sources: Sequence[str] = SOURCE
   for name in sources:
     f = cfg.files.get(source_key(name))
     if f is not None and (f.paths or (f.format == "hf" and f.dataset)):
-      specs[name] = _spec(cfg, f)
+      try:
+        specs[name] = _spec(cfg, f)
+      except ValueError as e:
+        raise ValueError(f"data.files.{source_key(name)}.{e}") from None
   return specs
 
 
@@ -257,10 +271,21 @@ def without_data(cfg: ml_collections.ConfigDict, sources: Sequence[str],
   return [s for s in used if s not in specs]
 
 
+def _digest_fields(spec: readers.SourceSpec | hub.HubSpec) -> dict:
+  """A spec's fields for the prepared folder's digest; the fields added since it was defined
+  (``loss_on``, ``tools_field``) only where they differ from their defaults, so that a config
+  that does not set them keeps its folder."""
+  fields = spec._asdict()
+  for name in ("loss_on", "tools_field"):
+    if name in fields and fields[name] == hub.HubSpec._field_defaults[name]:
+      del fields[name]
+  return fields
+
+
 def files_prepared_dir(cfg: ml_collections.ConfigDict, tokenizer: Tokenizer,
                        sources: Sequence[str] = SOURCES) -> str:
   """``<cache_dir>/prepared/files-<digest>``: the digest covers the specs, options and tokenizer."""
-  key = json.dumps({"specs": {k: v._asdict() for k, v in source_specs(cfg, sources).items()},
+  key = json.dumps({"specs": {k: _digest_fields(v) for k, v in source_specs(cfg, sources).items()},
                     "shard_tokens": cfg.shard_tokens, "tokenizer": tokenizer.fingerprint},
                    sort_keys=True)
   digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]

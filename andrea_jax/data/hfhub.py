@@ -123,6 +123,33 @@ def hub_file(repo: str, filename: str, *, revision: str | None = None,
                     f"({type(e).__name__}: {e}).{hint}") from e
 
 
+def optional_hub_file(repo: str, filename: str, *, revision: str | None = None,
+                      what: str = "file", local_hint: str = "") -> str | None:
+  """The local path of a file a Hub repository may lack (``chat_template.jinja`` beside a
+  ``tokenizer_config.json``), or ``None`` when it has none.
+
+  The cache answers first: a cached copy, or the cache's record that the file does not exist.
+  Offline, a file the cache knows nothing of counts as absent (the files a repository must have
+  are fetched with :func:`hub_file`, which says what is missing). Online, one metadata request
+  without retries, as :func:`hub_file`.
+
+  Example:
+    >>> optional_hub_file("gpt2", "chat_template.jinja") is None   # doctest: +SKIP
+    True
+  """
+  import huggingface_hub as hh
+
+  cached = hh.try_to_load_from_cache(repo, filename, revision=revision)
+  if isinstance(cached, str):
+    return cached
+  if cached is not None or offline():   # known absent; or unknown and nothing may be asked
+    return None
+  try:
+    return hub_file(repo, filename, revision=revision, what=what, local_hint=local_hint)
+  except NotOnHub:
+    return None
+
+
 def dataset_revision(name: str, revision: str | None = None) -> str | None:
   """The commit a Hub dataset's ``revision`` (default branch when ``None``) points to now;
   ``None`` in offline mode. One request with the :func:`timeout_s` timeout, no retries.

@@ -12,10 +12,14 @@ manifest as local files. The dataset is read through the ``datasets`` library (t
   whole); or, with ``data_files``, a builder of ``datasets`` (``"json"``, ``"parquet"``, ``"csv"``,
   ``"text"``, ``"arrow"``; ``""`` infers it from the first file's extension) reading those files.
 * ``layout``: ``"text"`` (the document is the string ``text_field``), ``"messages"`` (a list of
-  messages in ``messages_field``, with an optional system prompt in ``system_field``, rendered with
-  ``template``; see :mod:`andrea_jax.data.chat_templates`), or ``"tree"`` (one row per message of
+  messages in ``messages_field``, with an optional system prompt in ``system_field`` and the row's
+  tool schemas in ``tools_field`` when the dataset has that column, rendered with ``template``;
+  see :mod:`andrea_jax.data.chat_templates`), or ``"tree"`` (one row per message of
   OpenAssistant-style trees: every root-to-leaf thread is a document; the split is read whole
   before its first thread, and a thread is kept when all its messages pass the filter).
+* ``loss_on``: which tokens of a conversation the loss counts: ``"all"``, ``"assistant"`` or
+  ``"generation"`` (:mod:`andrea_jax.data.chat_masks`); anything but ``"all"`` yields each document
+  with the character spans that count, from which the preparation makes a token mask.
 * ``filter_field`` / ``filter_value``: keep the rows whose field equals the value (or one of a
   tuple of values), so that one dataset can feed several sources.
 * ``streaming``: read without downloading the whole dataset first (``load_dataset(...,
@@ -40,8 +44,8 @@ from typing import Any, NamedTuple
 
 import tqdm
 
-from andrea_jax.data import chat, hashing, hfhub, readers
-from andrea_jax.data.chat_templates import ChatTemplate, render_chat
+from andrea_jax.data import chat_masks, hashing, hfhub, hub_rows, readers
+from andrea_jax.data.chat_templates import ChatTemplate
 from andrea_jax.data.errors import DataError
 
 LAYOUTS = ("text", "messages", "tree")
@@ -49,9 +53,10 @@ BUILDERS = ("json", "parquet", "csv", "text", "arrow")
 _EXTENSIONS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv",
                ".tsv": "csv", ".txt": "text", ".arrow": "arrow"}
 _COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst", ".lz4")
-_TREE_FIELDS = ("message_id", "parent_id", "role")
 BATCH_ROWS = 1000   # rows read from the dataset at a time
-HUB_VERSION = 1     # raise with every change to how rows become documents (part of the cache key)
+# Raise with every change to how rows become documents (part of the cache key). 2: a message's
+# other fields and a row's tools reach a Jinja template.
+HUB_VERSION = 2
 
 
 class HubSpec(NamedTuple):
@@ -77,6 +82,8 @@ class HubSpec(NamedTuple):
   max_tokens: int = 0
   eval_fraction: float = 0.01
   format: str = "hf"
+  loss_on: str = "all"
+  tools_field: str = "tools"
 
 
 def require_datasets():
@@ -138,6 +145,13 @@ def check_hub_spec(source: str, spec: HubSpec) -> None:
     raise bad("max_tokens", "must be an integer >= 0 (0: no budget)")
   if not isinstance(spec.streaming, bool):
     raise bad("streaming", "must be True or False")
+  if spec.loss_on not in chat_masks.LOSS_ON:
+    raise bad("loss_on", f"must be one of {chat_masks.LOSS_ON}")
+  if spec.loss_on != "all" and spec.layout == "text":
+    raise bad("loss_on", "needs conversations (layout 'messages' or 'tree'; layout 'text' has no "
+              "turns)")
+  if not isinstance(spec.tools_field, str):
+    raise bad("tools_field", "must be a field name ('' = none)")
   if not 0.0 <= float(spec.eval_fraction) <= 0.5:
     raise bad("eval_fraction", "must lie in [0, 0.5]")
 
@@ -208,7 +222,10 @@ def input_record(source: str, spec: HubSpec, template: ChatTemplate | None,
   if spec.layout in ("text", "tree"):
     options["text_field"] = spec.text_field
   if spec.layout == "messages":
-    options.update(messages_field=spec.messages_field, system_field=spec.system_field)
+    options.update(messages_field=spec.messages_field, system_field=spec.system_field,
+                   tools_field=spec.tools_field)
+  if spec.loss_on != "all":   # only then: a source without a mask keeps its cache key
+    options["loss_on"] = spec.loss_on
   filt = None
   if spec.filter_field:
     value = spec.filter_value
@@ -259,24 +276,22 @@ def _open(source: str, spec: HubSpec, revision: str | None):
 
 
 def _columns(spec: HubSpec) -> list[str]:
+  """The fields a source reads and the dataset must have (the tools column is optional)."""
   if spec.layout == "text":
     cols = [spec.text_field]
   elif spec.layout == "messages":
     cols = [spec.messages_field] + ([spec.system_field] if spec.system_field else [])
   else:
-    cols = [*_TREE_FIELDS, spec.text_field]
+    cols = [*hub_rows.TREE_FIELDS, spec.text_field]
   return list(dict.fromkeys(cols + ([spec.filter_field] if spec.filter_field else [])))
 
 
-def _keep(value: Any, spec: HubSpec) -> bool:
-  if isinstance(spec.filter_value, (tuple, list)):
-    return value in spec.filter_value
-  return value == spec.filter_value
-
-
 def documents(source: str, spec: HubSpec, template: ChatTemplate | None, *,
-              revision: str | None = None, progress: bool = True) -> Iterator[list[str]]:
-  """The documents of a source, in dataset order, in lists of at most :data:`BATCH_ROWS`.
+              revision: str | None = None, progress: bool = True
+              ) -> Iterator[list[hub_rows.Document]]:
+  """The documents of a source, in dataset order, in lists of at most :data:`BATCH_ROWS`: texts,
+  or ``(text, spans)`` when ``spec.loss_on`` is not ``"all"`` (the character spans the loss
+  counts: :func:`andrea_jax.data.chat_masks.loss_spans`).
 
   Empty texts are dropped; every other problem with a row raises ``DataError`` naming the dataset,
   the split and the row. Close the generator to stop reading early (a token budget).
@@ -289,7 +304,9 @@ def documents(source: str, spec: HubSpec, template: ChatTemplate | None, *,
     if missing:
       raise DataError(f"source {source!r}: dataset {_label(spec)}, split {spec.split!r} has no "
                       f"field {missing[0]!r} (fields: {names})")
-    ds = ds.select_columns(_columns(spec))
+    tools = [spec.tools_field] if spec.layout == "messages" and spec.tools_field in names else []
+    ds = ds.select_columns(_columns(spec) + tools)
+  render = hub_rows.renderer(template, spec.loss_on)
   where = lambda row: f"source {source!r}: dataset {_label(spec)}, split {spec.split!r}, row {row}"
   quiet = not progress and not datasets.utils.are_progress_bars_disabled()
   if quiet:
@@ -299,10 +316,10 @@ def documents(source: str, spec: HubSpec, template: ChatTemplate | None, *,
                    leave=False) as bar:
       batches = _batches(ds, bar)
       if spec.layout == "tree":
-        yield from _tree_documents(batches, spec, template, where)
+        yield from hub_rows.tree_documents(batches, spec, render, where, BATCH_ROWS)
         return
       for first, batch in batches:
-        yield _batch_documents(first, batch, spec, template, where)
+        yield hub_rows.batch_documents(first, batch, spec, render, where)
   finally:
     if quiet:
       datasets.utils.enable_progress_bars()
@@ -316,75 +333,3 @@ def _batches(ds, bar) -> Iterator[tuple[int, dict[str, list]]]:
     yield first, batch
     first += n
     bar.update(n)
-
-
-def _column(batch: dict[str, list], field: str, n: int) -> list:
-  # A streamed JSON batch lacks a key that no row of it has: the same as None in every row.
-  return batch[field] if field in batch else [None] * n
-
-
-def _batch_documents(first: int, batch: dict[str, list], spec: HubSpec,
-                     template: ChatTemplate | None, where) -> list[str]:
-  n = len(next(iter(batch.values()))) if batch else 0
-  keep = ([_keep(v, spec) for v in _column(batch, spec.filter_field, n)] if spec.filter_field
-          else [True] * n)
-  docs = []
-  if spec.layout == "text":
-    for j, text in enumerate(_column(batch, spec.text_field, n)):
-      if not keep[j]:
-        continue
-      if text is None:
-        raise DataError(f"{where(first + j)}: missing field {spec.text_field!r}")
-      if not isinstance(text, str):
-        raise DataError(f"{where(first + j)}: field {spec.text_field!r} is a "
-                        f"{type(text).__name__}, not a string")
-      if text:
-        docs.append(text)
-    return docs
-  systems = _column(batch, spec.system_field, n) if spec.system_field else [None] * n
-  for j, messages in enumerate(_column(batch, spec.messages_field, n)):
-    if not keep[j]:
-      continue
-    if messages is None:
-      raise DataError(f"{where(first + j)}: missing field {spec.messages_field!r}")
-    try:
-      docs.append(render_chat(template, chat.normalize_messages(messages, system=systems[j])))
-    except chat.ConversationError as e:
-      raise DataError(f"{where(first + j)}: {e}") from None
-  return docs
-
-
-def _tree_documents(batches, spec: HubSpec, template: ChatTemplate | None,
-                    where) -> Iterator[list[str]]:
-  nodes: list[chat.TreeNode] = []
-  row_of: list[int] = []
-  kept: list[bool] = []
-  for first, batch in batches:
-    n = len(next(iter(batch.values()))) if batch else 0
-    cols = {f: _column(batch, f, n) for f in (*_TREE_FIELDS, spec.text_field)}
-    values = _column(batch, spec.filter_field, n) if spec.filter_field else [None] * n
-    for j in range(n):
-      try:
-        nodes.append(chat.tree_node({f: cols[f][j] for f in cols}, spec.text_field))
-      except chat.ConversationError as e:
-        raise DataError(f"{where(first + j)}: {e}") from None
-      row_of.append(first + j)
-      kept.append(not spec.filter_field or _keep(values[j], spec))
-  try:
-    threads = chat.tree_threads(nodes)
-  except chat.TreeError as e:
-    raise DataError(f"{where(row_of[e.index])}: {e}") from None
-  docs = []
-  for path in threads:
-    if not all(kept[i] for i in path):
-      continue
-    messages = [{"role": nodes[i].role, "content": nodes[i].text} for i in path]
-    try:
-      docs.append(render_chat(template, messages))
-    except chat.ConversationError as e:
-      raise DataError(f"{where(row_of[path[-1]])} (the thread ending there): {e}") from None
-    if len(docs) == BATCH_ROWS:
-      yield docs
-      docs = []
-  if docs:
-    yield docs

@@ -15,6 +15,17 @@ has at most 65536 ids, else ``uint32``) and one ``manifest.json``::
                         "shards": {"train": [{"file": "chat.train.00000.bin", "tokens": 1048576,
                                               "sha256": "<hex>"}], "eval": [...]}}}}
 
+A conversation source prepared with a loss mask (``loss_on`` other than ``"all"``,
+:mod:`andrea_jax.data.chat_masks`) also has, beside each token shard, a mask shard
+``<source>.<split>.<k:05d>.mask.bin`` of one byte per token (1: the loss counts the token as a
+target), listed in its entry with its checksum, and the entry says which tokens count::
+
+  "loss_on": "assistant", "loss_tokens": {"train": 402113, "eval": 3871},
+  "masks": {"train": [{"file": "chat.train.00000.mask.bin", "tokens": 1048576, "sha256": ...}],
+            "eval": [...]}
+
+A source without a mask has none of these keys and no mask file.
+
 Every document starts with the end-of-document id. Every file is written to a temporary name and
 renamed into place, so a crash never leaves a half-written shard or manifest under its final name.
 """
@@ -46,9 +57,13 @@ def token_dtype(vocab_size: int) -> np.dtype:
   return np.dtype("<u2") if vocab_size <= (1 << 16) else np.dtype("<u4")
 
 
-def shard_name(source: str, split: str, index: int) -> str:
-  """File name of shard ``index`` of a source's split, e.g. ``chat.train.00000.bin``."""
-  return f"{source}.{split}.{index:05d}.bin"
+MASK_DTYPE = np.dtype("u1")
+
+
+def shard_name(source: str, split: str, index: int, suffix: str = "") -> str:
+  """File name of shard ``index`` of a source's split, e.g. ``chat.train.00000.bin`` (with
+  ``suffix=".mask"``: ``chat.train.00000.mask.bin``, its loss mask)."""
+  return f"{source}.{split}.{index:05d}{suffix}.bin"
 
 
 def atomic_write_bytes(path: str, content: bytes) -> None:
@@ -97,8 +112,9 @@ class ShardWriter:
   removes the temporary file and raises :class:`andrea_jax.storage.WriteError`.
   """
 
-  def __init__(self, out_dir: str, source: str, split: str, dtype: np.dtype, shard_tokens: int):
-    self._out_dir, self._source, self._split = out_dir, source, split
+  def __init__(self, out_dir: str, source: str, split: str, dtype: np.dtype, shard_tokens: int,
+               suffix: str = ""):
+    self._out_dir, self._source, self._split, self._suffix = out_dir, source, split, suffix
     self._dtype, self._cap = np.dtype(dtype), int(shard_tokens)
     self._entries: list[dict[str, Any]] = []
     self._file = None
@@ -128,6 +144,12 @@ class ShardWriter:
         self._finish()
     return self._entries
 
+  def abandon(self) -> None:
+    """Closes the shard being written without renaming it into place (the caller discards it)."""
+    if self._file is not None:
+      f, self._file = self._file, None
+      f.close()
+
   def _writing(self):
     """A failed write removes the shard being written (its temporary file)."""
     def discard():
@@ -137,14 +159,15 @@ class ShardWriter:
           f.close()
         finally:
           os.remove(self._tmp)
-    name = shard_name(self._source, self._split, len(self._entries))
+    name = shard_name(self._source, self._split, len(self._entries), self._suffix)
     return storage.writing(
         os.path.join(self._out_dir, name),
-        f"Source {self._source!r} is not listed in {MANIFEST}, so nothing of it is used: {_AGAIN}",
+        f"Nothing of source {self._source!r} changed in the prepared folder: free some space, "
+        "then run again (it prepares this source again)",
         cleanup=discard)
 
   def _open(self) -> None:
-    self._name = shard_name(self._source, self._split, len(self._entries))
+    self._name = shard_name(self._source, self._split, len(self._entries), self._suffix)
     self._tmp = os.path.join(self._out_dir, f".{self._name}.tmp{os.getpid()}")
     self._file = open(self._tmp, "wb")
     self._count = 0

@@ -65,9 +65,11 @@ def main(argv: Sequence[str]) -> None:
   print(f"{out}: tokenizer {m['tokenizer']['name']}, dtype {m['dtype']}; prepared "
         f"{list(result.prepared)}, already finished {list(result.skipped)}")
   for name, e in m["sources"].items():
+    counted = (f" ({e['loss_tokens']['train']} counted by the loss, loss_on {e['loss_on']!r})"
+               if "loss_tokens" in e else "")
     print(f"  {name:18s} {e['documents']['train']:>9d} train docs {e['tokens']['train']:>13d} "
           f"train tokens {e['tokens']['eval']:>11d} eval tokens in {len(e['shards']['train'])} "
-          "shard(s)")
+          f"shard(s){counted}")
 
 
 if __name__ == "__main__":

@@ -14,33 +14,35 @@ The command line is :mod:`andrea_jax.data.prepare`. What :func:`prepare` guarant
 * the output is a pure function of the input files, the options and the tokenizer (same input, same
   bytes), whatever the number of workers;
 * a source whose manifest entry matches its inputs (sizes and SHA-256 of every file, options,
-  tokenizer; for a dataset also its name, revision and fingerprint) and its shards (present, with
-  the recorded sizes) is finished and is not redone; an interrupted source is not listed in the
-  manifest, so it is redone alone on the next run. Shard
-  contents are checked against their SHA-256 when the data is opened
-  (:class:`andrea_jax.data.shards.PreparedData`).
+  tokenizer; for a dataset also its name, revision, fingerprint and ``loss_on``) and its shards
+  (present, with the recorded sizes) is finished and is not redone. Shard contents are checked
+  against their SHA-256 when the data is opened (:class:`andrea_jax.data.shards.PreparedData`);
+* each source is all or nothing (:mod:`andrea_jax.data.commit`): its shards are written in a
+  staging folder and swapped in once whole, so an error (a bad row, a full disk, a
+  ``KeyboardInterrupt``) or a kill leaves the output folder as it was (a source prepared again
+  keeps its old shards until then), and the next run redoes that source alone;
+* a conversation source with ``loss_on`` other than ``"all"`` gets a mask shard beside each token
+  shard, one byte per token (:mod:`andrea_jax.data.chat_masks`); the token shards are the same
+  whatever ``loss_on`` is.
 """
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
-import contextlib
 import functools
 import multiprocessing
 import os
-import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 import tqdm
 
-from andrea_jax import storage
-from andrea_jax.data import chat_templates, hashing, hub, readers
+from andrea_jax.data import (chat_files, chat_masks, chat_templates, commit, encode, hashing,
+                             hub, readers)
 from andrea_jax.data import manifest as mf
 from andrea_jax.data.errors import DataError
-from andrea_jax.data.tokenizers import Tokenizer, load_tokenizer
+from andrea_jax.data.tokenizers import Tokenizer
 from andrea_jax.sources import SOURCES, source_index
 
 DEFAULT_SHARD_TOKENS = 1 << 28  # 512 MiB of uint16 tokens per shard
@@ -75,46 +77,6 @@ def eval_mask(source: str, first_doc: int, num_docs: int, eval_fraction: float) 
   size_N = np.where(block_N == 0, 2, k).astype(np.uint64)
   key_N = hashing.splitmix64(block_N.astype(np.uint64) ^ np.uint64(hashing.name_key(source)))
   return (i_N - start_N).astype(np.uint64) == key_N % size_N
-
-
-@functools.lru_cache(maxsize=4)
-def _cached_tokenizer(spec: str, fingerprint: str) -> Tokenizer:
-  tok = load_tokenizer(spec)
-  if tok.fingerprint != fingerprint:
-    raise DataError(f"tokenizer {spec!r} changed on disk while preparing")
-  return tok
-
-
-def _tokenize_unit(tokenizer: Tokenizer | tuple[str, str], dtype: str,
-                   unit: readers.WorkUnit) -> tuple[np.ndarray, np.ndarray]:
-  """Reads and tokenizes one work unit: ``(tokens [N] dtype, doc_lengths [D] int64)``, each
-  document as ``[eod] + ids``. Workers get ``(spec, fingerprint)`` and load the tokenizer once."""
-  tok = _cached_tokenizer(*tokenizer) if isinstance(tokenizer, tuple) else tokenizer
-  at = f"row group {unit.start}" if unit.format == "parquet" else f"bytes {unit.start}.."
-  return _tokenize_docs(tok, dtype, readers.read_unit(unit),
-                        lambda k: f"{unit.path} ({at}, document {k + 1} there)")
-
-
-def _tokenize_docs(tok: Tokenizer, dtype: str, docs: list[str],
-                   where: Callable[[int], str]) -> tuple[np.ndarray, np.ndarray]:
-  """``(tokens [N] dtype, doc_lengths [D] int64)`` of documents, each as ``[eod] + ids``;
-  ``where(k)`` names document ``k`` in errors."""
-  encoded = tok.encode_batch(docs) if docs else []
-  eod_1 = np.array([tok.eod_id], np.int64)
-  lengths_D = np.array([len(ids) + 1 for ids in encoded], np.int64)
-  if not encoded:
-    return np.zeros(0, dtype), lengths_D
-  for k, ids in enumerate(encoded):
-    if (ids == tok.eod_id).any():   # it would split the document: a boundary the text never had
-      raise DataError(f"{where(k)}: tokenizer {tok.name} encoded text as the end-of-document "
-                      f"id {tok.eod_id}")
-  tokens_N = np.concatenate([part for ids in encoded for part in (eod_1, ids)])
-  if tokens_N.min() < 0 or tokens_N.max() >= tok.vocab_size:
-    k = int(np.searchsorted(np.cumsum(lengths_D), np.argmax(
-        (tokens_N < 0) | (tokens_N >= tok.vocab_size)), side="right"))
-    raise DataError(f"{where(k)}: tokenizer {tok.name} produced id {tokens_N.max()} outside "
-                    f"[0, {tok.vocab_size})")
-  return tokens_N.astype(dtype), lengths_D
 
 
 def _unit_weights(units: list[readers.WorkUnit]) -> list[int]:
@@ -161,76 +123,12 @@ def _finished(out_dir: str, entry: dict[str, Any] | None, inputs: dict[str, Any]
   if _content(entry.get("inputs", {"files": []})) != _content(inputs):
     return False
   for split in mf.SPLITS:
-    for shard in entry["shards"][split]:
-      file = os.path.join(out_dir, shard["file"])
-      if not os.path.isfile(file) or os.path.getsize(file) != shard["tokens"] * itemsize:
-        return False
+    for key, size in (("shards", itemsize), ("masks", mf.MASK_DTYPE.itemsize)):
+      for shard in entry.get(key, {}).get(split, []) if key == "masks" else entry[key][split]:
+        file = os.path.join(out_dir, shard["file"])
+        if not os.path.isfile(file) or os.path.getsize(file) != shard["tokens"] * size:
+          return False
   return True
-
-
-def _remove_source_files(out_dir: str, source: str) -> None:
-  """Deletes the shard and temporary files of ``source``."""
-  for name in os.listdir(out_dir):
-    is_shard = name.startswith(f"{source}.") and name.endswith(".bin") and (
-        name[len(source) + 1:].split(".")[0] in mf.SPLITS)
-    is_tmp = name.startswith(f".{source}.") and ".tmp" in name
-    if is_shard or is_tmp:
-      os.remove(os.path.join(out_dir, name))
-
-
-@contextlib.contextmanager
-def _locked(out_dir: str):
-  """Holds an exclusive lock on ``out_dir`` so that processes preparing it at once take turns (the
-  later ones then find the sources finished; one that waits says so). An ``flock``, which the
-  kernel drops when its holder dies: a killed preparation never leaves it held. POSIX only;
-  elsewhere, and on a file system without locks (some network ones), a no-op."""
-  try:
-    import fcntl
-  except ImportError:
-    yield
-    return
-  path = os.path.join(out_dir, ".lock")
-  with storage.writing(path, f"Nothing was prepared in {out_dir}: free some space (or give a "
-                       "directory this user can write to) and run again"):
-    f = open(path, "a")
-  with f:
-    locked = True
-    try:
-      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-      print(f"waiting for another process preparing {out_dir} (it holds {path})",
-            file=sys.stderr, flush=True)
-      fcntl.flock(f, fcntl.LOCK_EX)
-    except OSError as e:   # ENOLCK, EOPNOTSUPP: this file system keeps no locks
-      print(f"warning: {path} cannot be locked ({e.strerror}); preparing without the lock",
-            file=sys.stderr)
-      locked = False
-    try:
-      yield
-    finally:
-      if locked:
-        fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _worker_init() -> None:
-  # Each worker is one of many processes: the tokenizers library must not add a thread per core.
-  os.environ["TOKENIZERS_PARALLELISM"] = "false"
-
-
-def _results(call, units: list[readers.WorkUnit], pool: concurrent.futures.Executor | None,
-             window: int):
-  """``call(unit)`` for each unit, in order; at most ``window`` units in flight in the pool."""
-  if pool is None:
-    yield from map(call, units)
-    return
-  todo = iter(units)
-  pending = collections.deque(pool.submit(call, u) for _, u in zip(range(window), todo))
-  while pending:
-    result = pending.popleft().result()
-    nxt = next(todo, None)
-    if nxt is not None:
-      pending.append(pool.submit(call, nxt))
-    yield result
 
 
 class _Todo(NamedTuple):
@@ -254,7 +152,8 @@ def _file_batches(todo: _Todo, results, progress: bool):
 
 
 def _hub_batches(todo: _Todo, tok: Tokenizer, dtype: np.dtype, progress: bool):
-  """The tokenized documents of a dataset source, cut to its token budget (``max_tokens``)."""
+  """The tokenized documents of a dataset source, cut to its token budget (``max_tokens``):
+  ``(tokens, doc_lengths)``, and the loss mask after them when the source has one."""
   spec = todo.spec
   budget = int(spec.max_tokens) or None
   used = first = 0
@@ -264,50 +163,60 @@ def _hub_batches(todo: _Todo, tok: Tokenizer, dtype: np.dtype, progress: bool):
     for batch in docs:
       where = lambda k, at=first: (f"source {todo.name!r}: dataset {spec.dataset!r}, split "
                                    f"{spec.split!r}, document {at + k} (documents, not rows)")
-      tokens_N, lengths_D = _tokenize_docs(tok, dtype.str, batch, where)
+      parts = (encode.tokenize_docs(tok, dtype.str, batch, where) if spec.loss_on == "all"
+               else encode.tokenize_masked(tok, dtype.str, batch, where))
+      lengths_D = parts[1]
       first += len(batch)
       if budget is not None:
         # Whole documents only: the longest prefix that fits in what is left of the budget.
         take = int(np.searchsorted(np.cumsum(lengths_D), budget - used, side="right"))
         if take < lengths_D.size:
-          yield tokens_N[:int(lengths_D[:take].sum())], lengths_D[:take]
+          n = int(lengths_D[:take].sum())
+          yield tuple(p[:take] if i == 1 else p[:n] for i, p in enumerate(parts))
           return
         used += int(lengths_D.sum())
-      yield tokens_N, lengths_D
+      yield parts
   finally:
     docs.close()
 
 
 def _write_source(todo: _Todo, batches, tok: Tokenizer, out_dir: str, dtype: np.dtype,
                   shard_tokens: int) -> dict[str, Any]:
-  """Writes one source's tokenized ``batches`` (``(tokens, doc_lengths)`` in document order) into
-  its shards; returns its manifest entry."""
+  """Writes one source's tokenized ``batches`` (``(tokens, doc_lengths[, mask])`` in document
+  order) into its shards in ``out_dir`` (a staging folder); returns its manifest entry."""
   writers = {s: mf.ShardWriter(out_dir, todo.name, s, dtype, shard_tokens) for s in mf.SPLITS}
+  masked = getattr(todo.spec, "loss_on", "all") != "all"
+  masks = {s: mf.ShardWriter(out_dir, todo.name, s, mf.MASK_DTYPE, shard_tokens, ".mask")
+           for s in mf.SPLITS} if masked else {}
   docs = {s: 0 for s in mf.SPLITS}
+  counted = {s: 0 for s in mf.SPLITS}
   first_doc = 0
   try:
-    for tokens_N, lengths_D in batches:
+    for tokens_N, lengths_D, *mask in batches:
       held_D = eval_mask(todo.name, first_doc, lengths_D.size, todo.spec.eval_fraction)
       first_doc += lengths_D.size
       held_N = np.repeat(held_D, lengths_D)
-      writers["train"].write(tokens_N[~held_N])
-      writers["eval"].write(tokens_N[held_N])
+      for split, pick_N in (("train", ~held_N), ("eval", held_N)):
+        writers[split].write(tokens_N[pick_N])
+        if masked:
+          masks[split].write(mask[0][pick_N])
+          counted[split] += int(mask[0][pick_N].sum())
       docs["eval"] += int(held_D.sum())
       docs["train"] += int(lengths_D.size - held_D.sum())
-    shards = {s: writers[s].close() for s in mf.SPLITS}
-  except storage.WriteError:
-    # Unlisted in the manifest, its shards would never be used; on a full disk they take room.
-    for w in writers.values():
-      with contextlib.suppress(Exception):
-        w.close()
-    with contextlib.suppress(OSError):
-      _remove_source_files(out_dir, todo.name)
+  except BaseException:
+    for w in (*writers.values(), *masks.values()):
+      w.abandon()   # the staging folder goes with its files
     raise
-  return {"source": todo.name, "dtype": dtype.name,
-          "tokenizer": {"name": tok.name, "fingerprint": tok.fingerprint},
-          "documents": docs,
-          "tokens": {s: sum(x["tokens"] for x in shards[s]) for s in mf.SPLITS},
-          "inputs": todo.inputs, "shards": shards}
+  shards = {s: writers[s].close() for s in mf.SPLITS}
+  entry = {"source": todo.name, "dtype": dtype.name,
+           "tokenizer": {"name": tok.name, "fingerprint": tok.fingerprint},
+           "documents": docs,
+           "tokens": {s: sum(x["tokens"] for x in shards[s]) for s in mf.SPLITS},
+           "inputs": todo.inputs, "shards": shards}
+  if masked:
+    entry.update(loss_on=todo.spec.loss_on, loss_tokens=counted,
+                 masks={s: masks[s].close() for s in mf.SPLITS})
+  return entry
 
 
 def prepare(sources: Mapping[str, readers.SourceSpec | hub.HubSpec], tokenizer: Tokenizer,
@@ -347,10 +256,52 @@ def prepare(sources: Mapping[str, readers.SourceSpec | hub.HubSpec], tokenizer: 
   if int(workers) < 0:
     raise ValueError(f"workers must be >= 0, got {workers}")
   workers = int(workers) or (os.cpu_count() or 1)
-  os.makedirs(out_dir, exist_ok=True)
-  with _locked(out_dir):
-    return _prepare_locked(sources, order, tokenizer, out_dir, int(shard_tokens), workers,
-                           progress, known_sources)
+  created_dir = not os.path.isdir(out_dir)
+  with commit.locked(out_dir) as created_lock:
+    commit.remove_stale_staging(out_dir)
+    try:
+      return _prepare_locked(sources, order, tokenizer, out_dir, int(shard_tokens), workers,
+                             progress, known_sources)
+    except BaseException:
+      if not os.path.exists(os.path.join(out_dir, mf.MANIFEST)):   # nothing was committed
+        commit.undo_creation(out_dir, created_dir, created_lock)
+      raise
+
+
+def _plan(sources: Mapping[str, readers.SourceSpec | hub.HubSpec], order: dict[str, int],
+          tokenizer: Tokenizer, out_dir: str, entries: dict[str, Any], shard_tokens: int,
+          workers: int) -> tuple[list[_Todo], list[str]]:
+  """``(todo, skipped)``: the sources to prepare, every one of their templates and masks checked
+  before any is read, and those already finished."""
+  dtype = mf.token_dtype(tokenizer.vocab_size)
+  todo: list[_Todo] = []
+  skipped = []
+  # hashlib releases the GIL on large blocks: threads hash the input files in parallel.
+  with concurrent.futures.ThreadPoolExecutor(workers) as hasher:
+    for name in sorted(sources, key=order.__getitem__):
+      spec = sources[name]
+      template = None
+      if isinstance(spec, hub.HubSpec):
+        hub.require_datasets()
+        if spec.layout != "text":
+          template = chat_files.load_chat_template(spec.template)
+          chat_templates.check_chat_tokens(tokenizer, template)
+        chat_masks.check_loss_on(spec.loss_on, template, f"source {name!r}")
+        if spec.loss_on != "all" and not hasattr(tokenizer, "encode_batch_offsets"):
+          raise DataError(f"source {name!r}: loss_on {spec.loss_on!r} needs a tokenizer that "
+                          f"gives character offsets; {tokenizer.name} gives none")
+        inputs = hub.input_record(name, spec, template, shard_tokens, READER_VERSION)
+      else:
+        files = readers.resolve_files(name, spec)
+        inputs = _input_record(spec, files, shard_tokens, hasher)
+      if _is_finished(out_dir, entries.get(name), inputs, tokenizer.fingerprint, dtype.itemsize):
+        skipped.append(name)
+      elif isinstance(spec, hub.HubSpec):
+        todo.append(_Todo(name, spec, inputs, [], template))
+      else:
+        todo.append(_Todo(name, spec, inputs, [u for f in files
+                                               for u in readers.work_units(f, spec)]))
+  return todo, skipped
 
 
 def _prepare_locked(sources: Mapping[str, readers.SourceSpec | hub.HubSpec],
@@ -367,59 +318,46 @@ def _prepare_locked(sources: Mapping[str, readers.SourceSpec | hub.HubSpec],
   except DataError:
     old = None
   entries: dict[str, Any] = {}
+  # Sources of another tokenizer or format: none of their shards can be reused; they go at the
+  # first commit (until then the folder stays as it was).
+  stale: list[str] = []
   if old is not None and all(old.get(k) == v for k, v in header.items()):
     entries = {k: v for k, v in old["sources"].items() if k in known_sources}
-  elif old is not None:  # another tokenizer or format: none of the old shards can be reused
-    for name in old.get("sources", {}):
-      _remove_source_files(out_dir, name)
+  elif old is not None:
+    stale = list(old.get("sources", {}))
 
   def write(entries):
     ordered = dict(sorted(entries.items(), key=lambda kv: source_index(kv[0], known_sources)))
     mf.write_manifest(out_dir, {**header, "sources": ordered})
 
-  todo: list[_Todo] = []
-  skipped = []
-  # hashlib releases the GIL on large blocks: threads hash the input files in parallel.
-  with concurrent.futures.ThreadPoolExecutor(workers) as hasher:
-    for name in sorted(sources, key=order.__getitem__):
-      spec = sources[name]
-      template = None
-      if isinstance(spec, hub.HubSpec):
-        hub.require_datasets()
-        if spec.layout != "text":
-          template = chat_templates.load_chat_template(spec.template)
-          chat_templates.check_chat_tokens(tokenizer, template)
-        inputs = hub.input_record(name, spec, template, shard_tokens, READER_VERSION)
-      else:
-        files = readers.resolve_files(name, spec)
-        inputs = _input_record(spec, files, shard_tokens, hasher)
-      if _is_finished(out_dir, entries.get(name), inputs, tokenizer.fingerprint, dtype.itemsize):
-        skipped.append(name)
-      elif isinstance(spec, hub.HubSpec):
-        todo.append(_Todo(name, spec, inputs, [], template))
-      else:
-        todo.append(_Todo(name, spec, inputs, [u for f in files
-                                               for u in readers.work_units(f, spec)]))
+  todo, skipped = _plan(sources, order, tokenizer, out_dir, entries, shard_tokens, workers)
+  if not todo:
+    write(entries)
   pool = None
   if workers > 1 and sum(len(t.units) for t in todo) > 1:
     pool = concurrent.futures.ProcessPoolExecutor(
-        workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init)
+        workers, mp_context=multiprocessing.get_context("spawn"), initializer=encode.worker_init)
   try:
-    for t in todo:  # their shards are about to be rewritten: unlist them first
-      entries.pop(t.name, None)
-      _remove_source_files(out_dir, t.name)
-    write(entries)
     # One ordered stream of units over all sources keeps every worker busy, also when each source
     # is a single small file; the shards are still written in document order.
-    call = functools.partial(
-        _tokenize_unit, tokenizer if pool is None else (tokenizer.spec, tokenizer.fingerprint),
-        dtype.str)
-    results = _results(call, [u for t in todo for u in t.units], pool, 2 * workers)
+    call = functools.partial(encode.tokenize_unit, tokenizer if pool is None
+                             else (tokenizer.spec, tokenizer.fingerprint), dtype.str)
+    results = encode.ordered_results(call, [u for t in todo for u in t.units], pool, 2 * workers)
     for t in todo:
       batches = (_hub_batches(t, tokenizer, dtype, progress) if isinstance(t.spec, hub.HubSpec)
                  else _file_batches(t, results, progress))
-      entries[t.name] = _write_source(t, batches, tokenizer, out_dir, dtype, shard_tokens)
-      write(entries)
+      with commit.staging(out_dir) as staged:
+        entry = _write_source(t, batches, tokenizer, staged, dtype, shard_tokens)
+
+        def listing(listed, name=t.name, entry=entry):
+          if listed:
+            entries[name] = entry
+          else:
+            entries.pop(name, None)
+          write(entries)
+
+        commit.commit(out_dir, staged, t.name, listing, also_remove=stale)
+      stale = []
   finally:
     if pool is not None:
       pool.shutdown(cancel_futures=True)

@@ -13,6 +13,13 @@ partition the global batch.
 Rows are packed documents: every document starts with the end-of-document id, so ``segment_ids``
 (1 at the row start, +1 at each end-of-document token) and ``positions`` (restarting at 0 at each
 end-of-document token) give the model its document mask.
+
+When a source of the run has loss masks (a conversation source prepared with ``loss_on`` other than
+``"all"``: :mod:`andrea_jax.data.chat_masks`), every batch of the run also carries ``loss_mask``
+``[B, T]`` uint8, the mask of each target (the same window of the mask shard, shifted as the
+targets are; 1 for every target of a source without a mask). A run with no masked source gets
+batches without it, exactly as before masks existed: the step it compiles, its memory and its
+numbers are the same.
 """
 
 from __future__ import annotations
@@ -139,20 +146,24 @@ def realised_shares(counts_S: np.ndarray) -> np.ndarray:
   return counts_S / counts_S.sum()
 
 
-def pack_rows(windows_BxW: np.ndarray, eod_id: int,
-              source_ids_B: np.ndarray) -> dict[str, np.ndarray]:
+def pack_rows(windows_BxW: np.ndarray, eod_id: int, source_ids_B: np.ndarray,
+              masks_BxW: np.ndarray | None = None) -> dict[str, np.ndarray]:
   """Splits windows of ``T + 1`` tokens into a training batch with document segments.
 
   ``inputs = w[:, :-1]``, ``targets = w[:, 1:]``; ``segment_ids[t] = 1 + #{0 < u <= t: inputs[u] ==
-  eod}``; ``positions[t] = t - (last u <= t with inputs[u] == eod, or 0)``.
+  eod}``; ``positions[t] = t - (last u <= t with inputs[u] == eod, or 0)``; with ``masks_BxW`` (the
+  windows' loss masks, one per token) ``loss_mask = m[:, 1:]``: whether the loss counts each
+  target.
 
   Returns:
-    ``inputs, targets, segment_ids, positions`` (``[B, T]`` int32), ``source_ids`` (``[B]`` int32).
+    ``inputs, targets, segment_ids, positions`` (``[B, T]`` int32), ``source_ids`` (``[B]`` int32),
+    and with masks ``loss_mask`` (``[B, T]`` uint8).
 
   Example:
-    >>> b = pack_rows(np.array([[5, 256, 7, 8, 256]]), 256, np.array([0]))
-    >>> b["segment_ids"].tolist(), b["positions"].tolist()
-    ([[1, 2, 2, 2]], [[0, 0, 1, 2]])
+    >>> b = pack_rows(np.array([[5, 256, 7, 8, 256]]), 256, np.array([0]),
+    ...               np.array([[0, 0, 1, 1, 0]]))
+    >>> b["segment_ids"].tolist(), b["positions"].tolist(), b["loss_mask"].tolist()
+    ([[1, 2, 2, 2]], [[0, 0, 1, 2]], [[0, 1, 1, 0]])
   """
   inputs_BxT = np.ascontiguousarray(windows_BxW[:, :-1], np.int32)
   targets_BxT = np.ascontiguousarray(windows_BxW[:, 1:], np.int32)
@@ -164,9 +175,12 @@ def pack_rows(windows_BxW: np.ndarray, eod_id: int,
   t_T = np.arange(T, dtype=np.int32)
   start_BxT = np.where(is_eod_BxT, t_T, np.int32(0))
   np.maximum.accumulate(start_BxT, axis=1, out=start_BxT)
-  return {"inputs": inputs_BxT, "targets": targets_BxT, "segment_ids": segment_ids_BxT,
-          "positions": t_T - start_BxT,
-          "source_ids": np.asarray(source_ids_B, np.int32).reshape(B)}
+  batch = {"inputs": inputs_BxT, "targets": targets_BxT, "segment_ids": segment_ids_BxT,
+           "positions": t_T - start_BxT,
+           "source_ids": np.asarray(source_ids_B, np.int32).reshape(B)}
+  if masks_BxW is not None:
+    batch["loss_mask"] = np.ascontiguousarray(masks_BxW[:, 1:], np.uint8)
+  return batch
 
 
 class _Windows(NamedTuple):
@@ -177,8 +191,11 @@ class _Windows(NamedTuple):
   total: int
 
 
-def _windows(data: PreparedData, source: str, split: str, width: int) -> _Windows:
-  arrays = [np.asarray(m) for m in data.shards(source, split)]
+def _windows(data: PreparedData, source: str, split: str, width: int,
+             masks: bool = False) -> _Windows:
+  """The windows of a source split's token shards (``masks``: of its mask shards, which start
+  where the token windows start)."""
+  arrays = [np.asarray(m) for m in (data.masks if masks else data.shards)(source, split)]
   views = tuple(sliding_window_view(a, width) if a.size >= width else a[:0, None] for a in arrays)
   valid_K = np.array([v.shape[0] for v in views], np.int64)
   end_K = np.cumsum(valid_K)
@@ -249,6 +266,8 @@ class MixtureSampler:
     self.rows = self.global_batch_size // self.process_count
     self._seed = int(seed)
     self._windows = {s: _windows(data, s, "train", self.seq_len + 1) for s in data.sources}
+    self._masks = {s: _windows(data, s, "train", self.seq_len + 1, masks=True)
+                   for s in data.masked_sources}
     for s in data.required:
       if self._windows[s].total == 0:
         raise DataError(too_short(data, s, "train", self.seq_len + 1))
@@ -273,7 +292,8 @@ class MixtureSampler:
     """This process's rows of the global batch of ``step`` for mixture ``weights_S``.
 
     Returns:
-      ``inputs, targets, segment_ids, positions``: ``[b, T]`` int32; ``source_ids``: ``[b]`` int32.
+      ``inputs, targets, segment_ids, positions``: ``[b, T]`` int32; ``source_ids``: ``[b]`` int32;
+      when some source of the data has masks, ``loss_mask``: ``[b, T]`` uint8.
     """
     if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
       raise ValueError(f"step must be an integer >= 0, got {step!r}")
@@ -297,13 +317,17 @@ class MixtureSampler:
         np.uint64(hashing.hash_key(self._seed, step)) ^ np.arange(counts_S.size, dtype=np.uint64))
     hash_B = hashing.splitmix64(key_S[source_ids_B] ^ j_B)
     windows_BxW = np.empty((self.rows, self.seq_len + 1), np.int32)
+    masks_BxW = np.ones((self.rows, self.seq_len + 1), np.uint8) if self._masks else None
     for s in np.flatnonzero(counts_S):
       a, b = max(begin_S[s], lo) - lo, min(begin_S[s + 1], hi) - lo  # the source's rows here
       if a < b:
-        win = self._windows[self.data.sources[s]]
+        name = self.data.sources[s]
+        win = self._windows[name]
         u_R = (hash_B[a:b] % np.uint64(win.total)).astype(np.int64)
         _gather(win, u_R, windows_BxW[a:b])
-    return pack_rows(windows_BxW, self.data.eod_id, source_ids_B)
+        if name in self._masks:
+          _gather(self._masks[name], u_R, masks_BxW[a:b])
+    return pack_rows(windows_BxW, self.data.eod_id, source_ids_B, masks_BxW)
 
   def eval_batches(self, source: str, num_sequences: int) -> dict[str, np.ndarray]:
     """:func:`eval_batches` with this sampler's data, ``seq_len`` and process slice."""
@@ -321,7 +345,8 @@ def eval_batches(data: PreparedData, source: str, *, seq_len: int, num_sequences
   ``[p n/P, (p+1) n/P)``.
 
   Returns:
-    One batch shaped like :meth:`MixtureSampler.batch`, with ``num_sequences / process_count`` rows.
+    One batch shaped like :meth:`MixtureSampler.batch`, with ``num_sequences / process_count`` rows
+    (``loss_mask`` too when some source of the data has masks, as the training batches do).
 
   Example:
     >>> eval_batches(data, "chat", seq_len=256, num_sequences=8)["inputs"].shape
@@ -342,5 +367,10 @@ def eval_batches(data: PreparedData, source: str, *, seq_len: int, num_sequences
   u_N = (k_N * win.total) // num_sequences
   windows_NxW = np.empty((per_process, seq_len + 1), np.int32)
   _gather(win, u_N, windows_NxW)
+  masks_NxW = None
+  if data.masked_sources:
+    masks_NxW = np.ones_like(windows_NxW, np.uint8)
+    if source in data.masked_sources:
+      _gather(_windows(data, source, "eval", seq_len + 1, masks=True), u_N, masks_NxW)
   return pack_rows(windows_NxW, data.eod_id,
-                   np.full(per_process, data.sources.index(source), np.int32))
+                   np.full(per_process, data.sources.index(source), np.int32), masks_NxW)

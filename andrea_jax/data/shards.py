@@ -4,7 +4,9 @@
 :class:`DataError` naming the source, the file and the position for any of: a missing or empty
 required source, a source the run does not know, a missing or truncated shard, a shard whose SHA-256
 differs from the manifest, a token id at or above the vocabulary size, a tokenizer other than the
-one the data was prepared with.
+one the data was prepared with. A source prepared with a loss mask (``loss_on``: the manifest's
+``masks``) has its mask shards mapped and checked the same way (their sizes, checksums, values 0
+or 1), and a required one whose training tokens the loss never counts is refused.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ _CHECK_CHUNK = 1 << 24  # tokens per block when hashing a shard and scanning its
 
 
 def _check_shard(file: str, source: str, tokens_N: np.ndarray, sha256: str,
-                 vocab_size: int) -> None:
+                 vocab_size: int) -> None:  # vocab_size 2 for a mask: values 0 and 1
   """SHA-256 of the shard's bytes and its largest id, block by block (one pass over the file)."""
   h = hashlib.sha256()
   bad = None
@@ -57,11 +59,13 @@ class PreparedData:
     vocab_size, eod_id: of the tokenizer the data was prepared with.
     tokenizer_name, fingerprint: the same tokenizer's name and SHA-256.
     dtype: ``uint16`` or ``uint32``.
+    masked_sources: the run's sources that have loss masks (``loss_on`` other than ``"all"``).
   """
 
   def __init__(self, path: str, manifest: dict[str, Any], sources: tuple[str, ...],
                required: tuple[str, ...], vocab_size: int,
-               shards: dict[tuple[str, str], tuple[np.ndarray, ...]]):
+               shards: dict[tuple[str, str], tuple[np.ndarray, ...]],
+               masks: dict[tuple[str, str], tuple[np.ndarray, ...]] | None = None):
     self.path, self.manifest = path, manifest
     self.sources, self.required = sources, required
     self.vocab_size = int(vocab_size)
@@ -70,6 +74,8 @@ class PreparedData:
     self.fingerprint = manifest["tokenizer"]["fingerprint"]
     self.dtype = np.dtype(manifest["dtype"])
     self._shards = shards
+    self._masks = masks or {}
+    self.masked_sources = tuple(s for s in sources if (s, "train") in self._masks)
 
   @classmethod
   def open(cls, path: str | os.PathLike, *, tokenizer: Tokenizer | None = None,
@@ -145,6 +151,11 @@ class PreparedData:
       if entry.get("tokens", {}).get("train", 0) == 0:
         raise DataError(f"{where}: required source {s!r} has 0 training tokens"
                         + _why_no_training_tokens(entry))
+      if "masks" in entry and entry.get("loss_tokens", {}).get("train", 0) == 0:
+        raise DataError(f"{where}: required source {s!r} was prepared with loss_on "
+                        f"{entry.get('loss_on')!r}, and none of its training tokens counts (no "
+                        "assistant turn, or none outside the held-out documents): prepare it "
+                        "with loss_on 'all', or leave it out of the sources the run samples")
     if manifest["dtype"] not in ("uint16", "uint32"):   # unsigned: no negative token id
       raise DataError(f"{where}: dtype {manifest['dtype']!r}, token shards are 'uint16' or "
                       "'uint32'")
@@ -152,7 +163,11 @@ class PreparedData:
     shards = {(s, split): maps for s, entry in manifest["sources"].items() if s in sources
               for split, maps in _map_shards(path, manifest, where, s, entry, vocab_size,
                                              verify).items()}
-    return cls(path, manifest, sources, tuple(required), vocab_size, shards)
+    masks = {(s, split): maps for s, entry in manifest["sources"].items()
+             if s in sources and "masks" in entry
+             for split, maps in _map_shards(path, manifest, where, s, entry, 2, verify,
+                                            key="masks").items()}
+    return cls(path, manifest, sources, tuple(required), vocab_size, shards, masks)
 
   def has(self, source: str) -> bool:
     """Whether ``source`` is present with training tokens."""
@@ -163,6 +178,14 @@ class PreparedData:
     if split not in mf.SPLITS:
       raise ValueError(f"split must be one of {mf.SPLITS}, got {split!r}")
     return self._shards.get((source, split), ())
+
+  def masks(self, source: str, split: str = "train") -> tuple[np.ndarray, ...]:
+    """The read-only ``[n_k]`` uint8 loss masks of a source's split, one per shard of
+    :meth:`shards` (1: the loss counts the token as a target); an empty tuple for a source without
+    masks (every token counts)."""
+    if split not in mf.SPLITS:
+      raise ValueError(f"split must be one of {mf.SPLITS}, got {split!r}")
+    return self._masks.get((source, split), ())
 
   def num_tokens(self, source: str, split: str = "train") -> int:
     """Tokens in a source's split (0 when absent)."""
@@ -176,9 +199,10 @@ class PreparedData:
 
 
 def _map_shards(path: str, manifest: dict, where: str, source: str, entry: dict, vocab_size: int,
-                verify: bool) -> dict[str, tuple[np.ndarray, ...]]:
+                verify: bool, key: str = "shards") -> dict[str, tuple[np.ndarray, ...]]:
   """``split -> memory-mapped shards`` of one source, each shard's name, size and (``verify``)
-  hash and token ids checked."""
+  hash and token ids checked; ``key="masks"``: its loss masks (one byte per token, each as long
+  as its token shard, values below ``vocab_size = 2``)."""
   missing = [k for k in ("dtype", "tokenizer", "tokens", "shards") if k not in entry]
   if missing:
     raise DataError(f"{where}: the entry of source {source!r} lacks {missing}")
@@ -188,11 +212,15 @@ def _map_shards(path: str, manifest: dict, where: str, source: str, entry: dict,
   if entry.get("tokenizer", {}).get("fingerprint") != manifest["tokenizer"]["fingerprint"]:
     raise DataError(f"{where}: source {source!r} was prepared with another tokenizer than the "
                     "manifest's")
-  dtype = np.dtype(manifest["dtype"]).newbyteorder("<")
+  dtype = np.dtype(manifest["dtype"]).newbyteorder("<") if key == "shards" else mf.MASK_DTYPE
   out = {}
   for split in mf.SPLITS:
     maps = []
-    for shard in entry["shards"][split]:
+    if key == "masks" and [m["tokens"] for m in entry["masks"][split]] != [
+        m["tokens"] for m in entry["shards"][split]]:
+      raise DataError(f"{where}: the {split} masks of source {source!r} do not match its shards "
+                      "one for one; prepare it again")
+    for shard in entry[key][split]:
       name = shard["file"]
       if (not isinstance(name, str) or os.path.isabs(name)
           or os.path.normpath(name).split(os.sep)[0] == os.pardir):

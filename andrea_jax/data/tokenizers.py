@@ -10,7 +10,9 @@ Every tokenizer has ``name``, ``spec`` (the string :func:`load_tokenizer` rebuil
 document), ``fingerprint`` (SHA-256 of its defining content, recorded with the prepared data and
 checked when training starts), ``encode(str) -> int32 ids``, ``encode_batch(list[str])`` and
 ``decode(ids) -> str``. ``encode`` never emits ``eod_id``: text that happens to spell a special
-token is encoded as ordinary text.
+token is encoded as ordinary text. The tokenizers here also have ``encode_batch_offsets``: the same
+ids with the ``[start, end)`` characters of the text each one covers, from which the loss masks of
+conversations are made (:mod:`andrea_jax.data.chat_masks`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,14 @@ EOD_TOKEN = "<|endoftext|>"
 
 # Looked up in this order in a tokenizers JSON file; the first present is the end-of-document id.
 _EOD_CANDIDATES = (EOD_TOKEN, "<|end_of_text|>", "</s>", "<eos>", "<|eos|>", "[EOS]")
+
+
+def _char_of_byte(text: str) -> np.ndarray:
+  """``[len(text.encode()) + 1]`` int64: the index of the character each UTF-8 byte of ``text``
+  belongs to (and ``len(text)`` one past the end)."""
+  code_C = np.frombuffer(text.encode("utf-32-le"), np.uint32)
+  width_C = 1 + (code_C >= 0x80) + (code_C >= 0x800) + (code_C >= 0x10000)
+  return np.append(np.repeat(np.arange(code_C.size), width_C), code_C.size)
 
 
 @runtime_checkable
@@ -76,6 +86,20 @@ class ByteTokenizer:
   def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
     """:meth:`encode` of each text."""
     return [self.encode(t) for t in texts]
+
+  def encode_batch_offsets(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``(ids [n] int32, offsets [n, 2] int64)`` of each text: a byte's id and the character it
+    belongs to, ``[c, c + 1)``.
+
+    Example:
+      >>> ByteTokenizer().encode_batch_offsets(["hé"])[0][1].tolist()
+      [[0, 1], [1, 2], [1, 2]]
+    """
+    out = []
+    for text in texts:
+      char_N = _char_of_byte(text)[:-1]
+      out.append((self.encode(text), np.stack([char_N, char_N + 1], axis=1)))
+    return out
 
   def decode(self, ids: Iterable[int] | np.ndarray) -> str:
     """Text of ``ids``; end-of-document ids are dropped, invalid UTF-8 becomes U+FFFD."""
@@ -155,6 +179,14 @@ class HFTokenizer:
     encs = encode(list(texts), add_special_tokens=False)
     return [np.asarray(e.ids, np.int32) for e in encs]
 
+  def encode_batch_offsets(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``(ids [n] int32, offsets [n, 2] int64)`` of each text: :meth:`encode_batch`'s ids and the
+    ``[start, end)`` characters each covers (the library's offsets, as ``transformers`` reads them
+    for ``return_assistant_tokens_mask``)."""
+    encs = self._tok.encode_batch(list(texts), add_special_tokens=False)
+    return [(np.asarray(e.ids, np.int32), np.asarray(e.offsets, np.int64).reshape(-1, 2))
+            for e in encs]
+
   def decode(self, ids: Iterable[int] | np.ndarray) -> str:
     """Text of ``ids``, special tokens (the end-of-document id among them) dropped."""
     return self._tok.decode([int(i) for i in np.asarray(ids).reshape(-1)], skip_special_tokens=True)
@@ -193,6 +225,21 @@ class SentencePieceTokenizer:
   def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
     """:meth:`encode` of each text."""
     return [np.asarray(ids, np.int32) for ids in self._sp.encode(list(texts))]
+
+  def encode_batch_offsets(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``(ids [n] int32, offsets [n, 2] int64)`` of each text: the pieces' ids and the
+    ``[start, end)`` characters each covers (SentencePiece gives bytes; mapped to characters)."""
+    try:
+      protos = self._sp.encode(list(texts), return_type="proto")
+    except TypeError:   # sentencepiece < 0.2.1 names it out_type="immutable_proto"
+      protos = self._sp.encode(list(texts), out_type="immutable_proto")
+    out = []
+    for text, proto in zip(texts, protos):
+      char_B = _char_of_byte(text)
+      ids_N = np.array([p.id for p in proto.pieces], np.int32)
+      bytes_Nx2 = np.array([(p.begin, p.end) for p in proto.pieces], np.int64).reshape(-1, 2)
+      out.append((ids_N, char_B[np.minimum(bytes_Nx2, char_B.size - 1)]))
+    return out
 
   def decode(self, ids: Iterable[int] | np.ndarray) -> str:
     """Text of ``ids`` (control pieces such as eos decode to nothing)."""

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
+from andrea_jax import storage
 from andrea_jax.terrain import budget as budget_lib
 from andrea_jax.terrain.directions import random_direction, tree_norm
 from andrea_jax.terrain.hessian import hessian_top_eigenvalues, hutchinson_samples
@@ -397,10 +398,10 @@ def write_basin_report(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, k
   def write(report: dict[str, Any], part: str) -> None:
     if user_on_part is not None:   # first: it may add fields to what is written
       user_on_part(report, part)
-    path = os.path.join(out_dir, "basin.json")
-    with open(path + ".tmp", "w") as f:
-      json.dump(report, f, indent=1, allow_nan=False)
-    os.replace(path + ".tmp", path)   # a reader never sees half a file
+    # A reader never sees half a file, nor a report that lost a part it had.
+    storage.atomic_write(os.path.join(out_dir, "basin.json"),
+                         json.dumps(report, indent=1, allow_nan=False),
+                         "the parts of the report written before are intact")
     if part == "sharpness":
       sh = report["sharpness"]
       plot_sharpness(sh["sigmas"], _nan_for_none(sh["mean_increase"]),

@@ -78,7 +78,7 @@ from collections.abc import Sequence
 import ml_collections
 
 from andrea_jax import config as config_lib
-from andrea_jax.curriculum import andrea_geometries, geometry
+from andrea_jax.curriculum import andrea_geometries, geometry, set_mixer
 from study.mixing import proxy
 from andrea_jax.sources import SOURCES
 
@@ -462,15 +462,18 @@ def arm_settings(arm: str) -> dict:
 
 
 def apply_overrides(c: ml_collections.ConfigDict, overrides: dict) -> None:
-  """Sets ``{"eta": 0.1, "bandit.discount": 0.98}`` (paths under ``curriculum``) in ``c``."""
+  """Sets ``{"eta": 0.1, "bandit.discount": 0.98}`` in ``c``'s mixer: this study's settings name
+  a mixer's arguments under their older sections (``bandit.``, ``exp3.``, ``elastic.``), and
+  ``"strategy"`` the mixer itself."""
+  overrides = dict(overrides)
+  if "strategy" in overrides:
+    set_mixer(c, overrides.pop("strategy"))
   for path, value in overrides.items():
-    *parents, leaf = path.split(".")
-    node = c.curriculum
-    for p in parents:
-      node = node[p]
-    if leaf not in node:
-      raise ValueError(f"curriculum.{path} is not a field of the curriculum section")
-    node[leaf] = value
+    leaf = path.split(".", 1)[1] if path.split(".")[0] in ("bandit", "exp3", "elastic") else path
+    if leaf not in c.curriculum.mixer:
+      raise ValueError(f"curriculum.{path} is not an argument of mixer "
+                       f"{c.curriculum.mixer.name!r}")
+    c.curriculum.mixer[leaf] = value
 
 
 def arm_config(arm: str, *, num_steps: int = NUM_STEPS, settings: dict | None = None,
@@ -498,7 +501,7 @@ def arm_config(arm: str, *, num_steps: int = NUM_STEPS, settings: dict | None = 
   c.optim.warmup_steps = 20
   c.optim.weight_decay = 0.1
 
-  c.curriculum.strategy = strategy
+  set_mixer(c, strategy)
   apply_overrides(c, arm_settings(arm) if settings is None else settings)
   c.cliff.update(window=50, warmup=100, cooldown=50)
   return fit_to_model(c, arm)

@@ -51,6 +51,8 @@ from collections.abc import Callable, Sequence
 import ml_collections
 import numpy as np
 
+from andrea_jax.curriculum import mixer_config
+
 FIT_FILE = "proxy_fit.json"
 
 
@@ -59,17 +61,15 @@ def probe_config(config: ml_collections.ConfigDict, mixture: Sequence[float],
                  hold: float = 1.0) -> ml_collections.ConfigDict:
   """``config`` with the static strategy holding ``mixture`` (source order ``sources``) on the
   full simplex for the first ``round(hold * train.num_steps)`` steps (``hold = 1``: throughout),
-  then the uniform mixture (whatever ``curriculum.static_mixture`` was), stopped after
+  then the uniform mixture (whatever static mixture the config held), stopped after
   ``stop_step`` steps (0: the whole run); checkpoints only at the end, no plots or progress bar."""
   from study.mixing import proxy
   geometries = proxy.proxy_schedule(np.asarray(mixture, np.float64), int(config.train.num_steps),
                                     hold=hold, sources=sources, name="probe")
   c = copy.deepcopy(config)
   with c.unlocked():
-    c.curriculum.strategy = "static"
-    if "uniform" in geometries:     # "then uniform", whatever static_mixture the config sets
-      for k in c.curriculum.static_mixture:
-        c.curriculum.static_mixture[k] = 1.0
+    # The static mixer, uniform ("then uniform", whatever static mixture the config sets).
+    c.curriculum.mixer = mixer_config("static", c.sources)
     c.curriculum.geometries = geometries
     c.train.stop_step = int(stop_step)
     c.train.checkpoint_every = 0
@@ -176,7 +176,7 @@ def _check_target_schedule(target: ml_collections.ConfigDict, sources: Sequence[
   from andrea_jax import runconfig
   from study.mixing import proxy
   check = target.copy_and_resolve_references()
-  check.curriculum.strategy = "static"
+  check.curriculum.mixer = mixer_config("static", check.sources)
   check.curriculum.geometries = proxy.proxy_schedule(
       np.full(len(sources), 1 / len(sources)), int(check.train.num_steps), hold=hold,
       sources=sources)

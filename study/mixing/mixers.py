@@ -3,8 +3,8 @@
 ``andrea_log_rate`` is ANDREA's walk with its bandit phases ranking the sources by the elastic
 mixer's log-time learning rate instead of the UCB index of the per-token learning progress (sources
 whose rate is not known yet first): the reward definition changed, the walk unchanged. A run names
-it ``curriculum.strategy = "study.mixing.mixers:andrea_log_rate"``; it reads ``curriculum.eta``,
-``curriculum.random_share`` and the ``curriculum.elastic`` section.
+it ``curriculum.mixer.name = "study.mixing.mixers:andrea_log_rate"``; its arguments are the walk's
+``eta`` and ``random_share`` and the elastic mixer's ``uniform_mix``, ``burn_in`` and ``forget``.
 """
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 
-from andrea_jax.curriculum import Decision, Mixer, Observation, walk
+from andrea_jax.curriculum import WALK_LABELS, Decision, Mixer, Observation, walk
 from andrea_jax.curriculum import elastic as elastic_lib
 
 
@@ -32,10 +31,11 @@ class _State(NamedTuple):
   elastic: elastic_lib.ElasticState
 
 
-def andrea_log_rate(section: ml_collections.ConfigDict) -> Mixer:
+def andrea_log_rate(*, eta: float = 0.3, random_share: float = 0.25, uniform_mix: float = 0.5,
+                    burn_in: int = 100, forget: float = 1.0) -> Mixer:
   """ANDREA's walk scored by :func:`rate_scores` (see the module docstring)."""
-  params = elastic_lib.ElasticParams(**dict(section.elastic))
-  eta, share = float(section.eta), float(section.random_share)
+  params = elastic_lib.ElasticParams(uniform_mix=uniform_mix, burn_in=burn_in, forget=forget)
+  eta, share = float(eta), float(random_share)
 
   def observe(state: _State, obs: Observation) -> _State:
     return _State(elastic_lib.observe(params, state.elastic, obs.step, obs.losses_S,
@@ -46,4 +46,5 @@ def andrea_log_rate(section: ml_collections.ConfigDict) -> Mixer:
     return weights_S, kind, state
 
   return Mixer(init=lambda num_sources: _State(elastic_lib.init(num_sources)), observe=observe,
-               decide=decide, metrics=lambda state: {"log_rate": elastic_lib.rates(state.elastic)})
+               decide=decide, metrics=lambda state: {"log_rate": elastic_lib.rates(state.elastic)},
+               labels=WALK_LABELS)

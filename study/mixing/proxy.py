@@ -41,7 +41,7 @@ Example::
   w_KxS = probe_mixtures(16)          # 20 probe mixtures over the 16 sources
   # ... one short small-model run per row; each source's late training loss into loss_KxS ...
   fit = fit_elasticity(w_KxS, loss_KxS)
-  config.curriculum.strategy = "static"
+  curriculum.set_mixer(config, "static")
   config.curriculum.geometries = proxy_schedule(elasticity_mixture(fit.b), num_steps=800)
 """
 
@@ -245,12 +245,12 @@ def proxy_schedule(mixture: Sequence[float], num_steps: int, hold: float = 0.5,
                    name: str = "proxy") -> ml_collections.ConfigDict:
   """``curriculum.geometries``: ``mixture`` (source order of ``sources``) held on the full
   simplex for the first ``round(hold * num_steps)`` steps (under any strategy), then the full
-  simplex without a mixture of its own (``hold = 1``: the mixture throughout). Under strategy
-  ``"static"`` that second part holds ``curriculum.static_mixture``: leave it uniform (the
+  simplex without a mixture of its own (``hold = 1``: the mixture throughout). Under the static
+  mixer that second part holds ``curriculum.mixer.mixture``: leave it uniform (the
   default) for "then uniform"; under a mixer, the mixer decides it. ``name`` names the first
   geometry.
 
-  Example: ``c.curriculum.strategy = "static"; c.curriculum.geometries = proxy_schedule(w, 800)``.
+  Example: ``set_mixer(c, "static"); c.curriculum.geometries = proxy_schedule(w, 800)``.
   """
   mixture = np.asarray(mixture, np.float64)
   if mixture.shape != (len(sources),):

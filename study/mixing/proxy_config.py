@@ -30,6 +30,7 @@ import os
 
 from study.mixing import proxy
 from andrea_jax.config import load_config_file
+from andrea_jax.curriculum import set_mixer
 from study.mixing.fit_proxy import FIT_FILE
 
 
@@ -90,10 +91,9 @@ def get_config(fit_dirs: str | None = None):
   if len(fits) > 1:
     from study.mixing.fit_proxy import model_params
     mixture = _scaled_mixture(fits, model_params(c))
-  c.curriculum.strategy = "static"
-  # "Then uniform": the second part holds static_mixture, whatever the config file set it to.
-  for k in c.curriculum.static_mixture:
-    c.curriculum.static_mixture[k] = 1.0
+  # "Then uniform": the second part holds the static mixer's mixture, uniform, whatever the
+  # config file set.
+  set_mixer(c, "static")
   c.curriculum.geometries = proxy.proxy_schedule(mixture, int(c.train.num_steps),
                                                  hold=fits[0]["hold"], sources=fits[0]["sources"])
   return c

@@ -21,7 +21,7 @@ from typing import Any
 
 import hypothesis.strategies as st
 
-from andrea_jax.curriculum import STRATEGIES
+from andrea_jax.curriculum import MIXERS, mixer_config
 
 NON_FINITE = st.sampled_from([math.nan, math.inf, -math.inf])
 # Values of the wrong type for an int field (floats, even integral ones, are not ints).
@@ -84,6 +84,12 @@ def _float_field(path: str, low: float, high: float, *, low_open: bool = False,
   return st.one_of(_one("out of range / negative size", path, st.one_of(*outside), expect),
                    _one("NaN / infinity", path, NON_FINITE, expect),
                    _one("wrong type", path, NOT_NUMBER, expect))
+
+
+def _under_mixer(name: str, breakage: st.SearchStrategy) -> st.SearchStrategy:
+  """``breakage`` of a field of mixer ``name``: the config switched to that mixer first."""
+  section = Set("curriculum.mixer", mixer_config(name).to_dict())
+  return breakage.map(lambda b: Breakage(b.kind, b.expect, (section,) + b.changes))
 
 
 def _enum_field(path: str, allowed: tuple[str, ...]):
@@ -157,9 +163,9 @@ def _geometry_breakages():
   out.append(st.floats(0, 0.3, exclude_min=True).map(lambda v: Breakage(
       "cross-field", "repo[-_]docs",
       (Set("curriculum.geometries.v3_polish.floors.repo_docs", v),))))
-  # A geometry's own mixture (held under any strategy, the base config's "andrea" too): its
-  # weights are relative shares >= 0 like curriculum.static_mixture's, and none may fall on a
-  # source the geometry excludes.
+  # A geometry's own mixture (held under any mixer, the base config's "andrea" too): its
+  # weights are relative shares >= 0 like the static mixer's, and none may fall on a source the
+  # geometry excludes.
   out.append(st.floats(0, 10).filter(lambda v: v not in (0.0, 1.0)).map(lambda v: Breakage(
       "cross-field", r"v3_polish\.mixture weighs 'repo-docs', which geometry 'v3_polish' excludes",
       (Set("curriculum.geometries.v3_polish.mixture", {"repo_docs": v}),))))
@@ -167,7 +173,7 @@ def _geometry_breakages():
       lambda v: Breakage("out of range / negative size" if isinstance(v, float) and v < 0
                          else "NaN / infinity" if isinstance(v, float) else "wrong type",
                          r"v2_firehose\.mixture\.chat",
-                         (Set("curriculum.strategy", "static"),
+                         (Set("curriculum.mixer", mixer_config("static").to_dict()),
                           Set("curriculum.geometries.v2_firehose.mixture", {"chat": v})))))
   return out
 
@@ -252,28 +258,42 @@ def breakages() -> st.SearchStrategy[Breakage]:
           st.text(max_size=5), st.integers(), st.none(),
           st.lists(st.one_of(st.just(""), st.integers(), st.none()), min_size=1, max_size=3))),
       # curriculum
-      _enum_field("curriculum.strategy", STRATEGIES),
+      _one("unknown name", "curriculum.mixer.name",
+           st.text(max_size=8).filter(lambda s: s not in MIXERS and ":" not in s),
+           expect="curriculum.mixer.name"),
+      _one("wrong type", "curriculum.mixer.name", NOT_STR, expect="curriculum.mixer.name"),
       _int_field("curriculum.phase_min_steps", 4, 9),
       _int_field("curriculum.phase_max_steps", 13),
       _int_field("curriculum.decision_lag", 0, 5),
-      _float_field("curriculum.random_share", 0, 1),
-      _float_field("curriculum.eta", 0, 1, low_open=True),
-      _float_field("curriculum.bandit.discount", 0, 1, low_open=True),
-      _float_field("curriculum.bandit.exploration", 0, math.inf),
-      _float_field("curriculum.bandit.min_count", 0, math.inf, low_open=True),
-      _float_field("curriculum.bandit.prior_count", 0, math.inf, low_open=True),
-      _float_field("curriculum.bandit.reward_knee", 0, math.inf, low_open=True),
-      _float_field("curriculum.bandit.pivot_discount", 0, 1),
-      _one("unknown name", "curriculum.bandit.discont", st.floats(0, 1), expect="discont"),
-      _float_field("curriculum.elastic.uniform_mix", 0, 1),
-      _int_field("curriculum.elastic.burn_in", 0),
-      _float_field("curriculum.elastic.forget", 0, math.inf),
-      _float_field("curriculum.static_mixture.chat", 0, math.inf),
-      _float_field("curriculum.static_mixture.extra_06", 0, math.inf),
-      st.just(Breakage("cross-field", "static_mixture: every weight is 0",
-                       tuple(Set(f"curriculum.static_mixture.{k}", 0.0) for k in SOURCE_KEYS))),
-      _float_field("curriculum.exp3.smoothing", 0, 1, high_open=True),
-      _float_field("curriculum.exp3.lr_scale", 0, math.inf),
+      _float_field("curriculum.mixer.random_share", 0, 1),
+      _float_field("curriculum.mixer.eta", 0, 1, low_open=True),
+      _float_field("curriculum.mixer.discount", 0, 1, low_open=True),
+      _float_field("curriculum.mixer.exploration", 0, math.inf),
+      _float_field("curriculum.mixer.min_count", 0, math.inf, low_open=True),
+      _float_field("curriculum.mixer.prior_count", 0, math.inf, low_open=True),
+      _float_field("curriculum.mixer.reward_knee", 0, math.inf, low_open=True),
+      _float_field("curriculum.mixer.pivot_discount", 0, 1),
+      _enum_field("curriculum.mixer.reward", ("progress", "target_gain")),
+      _one("unknown name", "curriculum.mixer.discont", st.floats(0, 1), expect="discont"),
+      _under_mixer("elastic", _float_field("curriculum.mixer.uniform_mix", 0, 1)),
+      _under_mixer("elastic", _int_field("curriculum.mixer.burn_in", 0)),
+      _under_mixer("elastic", _float_field("curriculum.mixer.forget", 0, math.inf)),
+      _under_mixer("static", _float_field("curriculum.mixer.mixture.chat", 0, math.inf)),
+      _under_mixer("static", _float_field("curriculum.mixer.mixture.extra_06", 0, math.inf)),
+      _under_mixer("static", st.just(Breakage(
+          "cross-field", "mixture: every weight is 0",
+          tuple(Set(f"curriculum.mixer.mixture.{k}", 0.0) for k in SOURCE_KEYS)))),
+      _under_mixer("exp3", _float_field("curriculum.mixer.smoothing", 0, 1, high_open=True)),
+      _under_mixer("exp3", _float_field("curriculum.mixer.lr_scale", 0, math.inf)),
+      # target gain: a reward that is not measured, or a measurement without a target
+      st.just(Breakage("cross-field", "set target_gain.every > 0",
+                       (Set("curriculum.mixer.reward", "target_gain"),))),
+      st.just(Breakage("cross-field", "eval.target is not set",
+                       (Set("target_gain.every", 4),))),
+      _int_field("target_gain.every", 0),
+      _int_field("target_gain.rows_per_source", 1),
+      _int_field("target_gain.target_rows", 1),
+      _bool_field("target_gain.precondition"),
       # cliff
       _int_field("cliff.window", 10),   # below min_source_history = 10 is invalid too
       _int_field("cliff.warmup", 0),

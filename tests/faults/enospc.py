@@ -22,10 +22,10 @@ import errno
 import os
 import re
 
-from andrea_jax import launch
+from andrea_jax import signals
 
 if __name__ == "__main__":
-  launch.hold()   # as the real command does, before the heavy imports
+  signals.hold()   # as the real command does, before the heavy imports
 
 SITES = ("checkpoint", "commit", "seal", "log", "shard", "manifest")
 
@@ -175,14 +175,17 @@ def campaign(config, workdir, faults: list[str], *, env: dict[str, str],
 
 
 def failed_path(fault: str, workdir, cache_dir: str) -> str:
-  """The file (or checkpoint) the error of ``fault`` must name."""
+  """A pattern of the file (or checkpoint) the error of ``fault`` must name."""
   site, at = fault.split("@")
   if site in ("checkpoint", "commit", "seal"):
-    return f"{workdir}/checkpoints/{at}"
+    return re.escape(f"{workdir}/checkpoints/{at}")
   if site == "log":
-    return f"{workdir}/metrics.jsonl"
+    return re.escape(f"{workdir}/metrics.jsonl")
   prepared = prepared_dirs(cache_dir)[0]
-  return f"{prepared}/{at}.train.00000.bin" if site == "shard" else f"{prepared}/manifest.json"
+  if site == "shard":   # written in the staging folder beside the prepared one (data.commit)
+    parent, name = os.path.split(prepared)
+    return re.escape(f"{parent}/.{name}.staging-") + r"\d+" + re.escape(f"/{at}.train.00000.bin")
+  return re.escape(f"{prepared}/manifest.json")
 
 
 def _data_problem(cache_dir: str) -> str | None:
@@ -216,7 +219,8 @@ def check(segments, faults: list[str], workdir, cache_dir: str) -> list[dict]:
     site, at = fault.split("@")
     lost = []
     want = f"error: cannot write {failed_path(fault, workdir, cache_dir)}: No space left on device"
-    named = seg.returncode == 1 and seg.output.count("error: ") == 1 and want in seg.output
+    named = (seg.returncode == 1 and seg.output.count("error: ") == 1
+             and re.search(want, seg.output) is not None)
     if seg.unverified:
       lost.append(f"complete checkpoints fail verification: {seg.unverified}")
     if site in ("checkpoint", "commit") and int(at) in harness.final_steps(workdir / "checkpoints"):

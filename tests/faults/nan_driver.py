@@ -8,10 +8,10 @@ real command.
 
 import os
 
-from andrea_jax import launch
+from andrea_jax import signals
 
 if __name__ == "__main__":
-  launch.hold()   # as the real command does, before the heavy imports
+  signals.hold()   # as the real command does, before the heavy imports
 
 from andrea_jax.data import sampler as sampler_lib  # noqa: E402
 

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from andrea_jax import bandit, simplex
+from andrea_jax import simplex
+from andrea_jax.curriculum import bandit
 from andrea_jax import data as data_lib
 from andrea_jax import logs
 from andrea_jax.simplex import Region

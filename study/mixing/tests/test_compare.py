@@ -32,7 +32,7 @@ def test_validation_signal():
 
 
 # The fake trainer: every source's held-out loss falls linearly from 3 at step 0 by `rate` per run,
-# plus 0.01 per seed; the arm is recognised by its strategy and its number of geometries.
+# plus 0.01 per seed; the arm is recognised by its mixer and its number of geometries.
 RATES = {("static", 1): 1.0, ("static", 3): 0.5, ("exp3", 3): 2.5}
 
 
@@ -41,7 +41,7 @@ def fake_runner(config, workdir, rate=None):
   n = config.train.num_steps
   every = config.eval.every
   if rate is None:
-    rate = RATES[(config.curriculum.strategy, len(config.curriculum.geometries))]
+    rate = RATES[(config.curriculum.mixer.name, len(config.curriculum.geometries))]
   with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
     for step in range(0, n, 8):
       rec = {"step": step, "loss": 3.0}
@@ -102,10 +102,10 @@ def test_the_whole_comparison_on_fake_runs(tmp_path, capsys):
 def test_tuning_picks_on_the_training_signal(tmp_path):
   out = tmp_path / "tune"
   def runner(config, workdir):
-    if config.curriculum.strategy != "exp3":
+    if config.curriculum.mixer.name != "exp3":
       return _flat_runner(config, workdir)
     # A larger lr_scale trains faster here.
-    return fake_runner(config, workdir, rate=1.25 * (1 + config.curriculum.exp3.lr_scale))
+    return fake_runner(config, workdir, rate=1.25 * (1 + config.curriculum.mixer.lr_scale))
 
   assert bench.main(["--out", str(out), "--tune", "--quick"], runner=runner) == 0
   with open(out / "tuning.json") as f:
@@ -126,7 +126,7 @@ def test_tuning_a_recipe_picks_one_of_its_arms(tmp_path):
   out = tmp_path / "tune"
   ran = []
   def runner(config, workdir):
-    assert config.seed == 100 and config.curriculum.strategy == "static"
+    assert config.seed == 100 and config.curriculum.mixer.name == "static"
     ran.append(os.path.basename(workdir))
     first = next(iter(config.curriculum.geometries.values()))
     w = np.array([first.mixture[s.replace("-", "_")] for s in SOURCES])
@@ -227,7 +227,7 @@ def test_every_arm_is_a_valid_run_config():
   exp = bench.load_experiment()
   for arm in exp.ARMS:
     run = runconfig.build(exp.arm_config(arm))
-    assert run.curriculum_spec.strategy == exp.arm_settings(arm).get("strategy", exp.ARMS[arm][0])
+    assert run.curriculum_spec.mixer_name == exp.arm_settings(arm).get("strategy", exp.ARMS[arm][0])
   b = np.array(exp.FITTED_ELASTICITY)
   for arm, lam in (("static_fitted", 0.5), ("static_fitted_25", 0.25), ("static_fitted_75", 0.75)):
     spec = runconfig.build(exp.arm_config(arm)).curriculum_spec
@@ -310,7 +310,7 @@ def test_every_arm_is_a_valid_run_config():
   spec = runconfig.build(exp.arm_config("proxy_then_elastic", num_steps=200)).curriculum_spec
   run = simulate.simulate(spec, jax.random.key(0), 200)
   np.testing.assert_allclose(run.weights[:100], np.broadcast_to(b / b.sum(), (100, 16)), atol=1e-6)
-  assert set(run.kinds[100:].tolist()) == {curriculum.KIND_ELASTIC}
+  assert {spec.labels[i] for i in run.labels[100:].tolist()} == {"elastic"}
 
 
 def test_fit_elasticity_recovers_a_power_law():
@@ -449,7 +449,7 @@ def test_fit_elasticity_command_prints_the_fit_and_the_within_run_agreement(tmp_
 
   def runner(config, workdir):
     fake_runner(config, workdir, rate=1.0)
-    if config.curriculum.strategy == "static" and len(config.curriculum.geometries) == 1:
+    if config.curriculum.mixer.name == "static" and len(config.curriculum.geometries) == 1:
       return                                       # uniform keeps 1/16 everywhere
     rng = np.random.default_rng(config.seed)
     with open(os.path.join(workdir, "metrics.jsonl")) as f:

@@ -110,7 +110,7 @@ def test_a_probe_holds_its_mixture_on_the_full_simplex_with_the_static_strategy(
   config = _experiment("synthetic").get_config()
   mixture = np.linspace(1.0, 2.0, 16) / np.linspace(1.0, 2.0, 16).sum()
   c = fit_proxy.probe_config(config, mixture, SOURCES)
-  assert config.curriculum.strategy == "andrea"           # the caller's config is left alone
+  assert config.curriculum.mixer.name == "andrea"         # the caller's config is left alone
   spec = runconfig.build(c).curriculum_spec
   w_NxS = simulate.simulate(spec, jax.random.key(0), 50).weights
   np.testing.assert_allclose(w_NxS, np.broadcast_to(mixture, (50, 16)), atol=1e-6)
@@ -252,11 +252,11 @@ def test_whole_probes_run_to_the_end_and_the_window_is_of_the_steps_run(tmp_path
 @pytest.mark.slow
 def test_schedule_probes_switch_to_uniform_and_fit_after_the_switch(tmp_path):
   """probes="schedule": each probe's mixture for the first half, then 1/16 on every source (even
-  if the config file's static_mixture is skewed); the fit reads the steps after the switch only.
+  if the config file's static mixture is skewed); the fit reads the steps after the switch only.
   The fake trainer's losses before the switch are garbage, after it they follow the early share."""
   config = _experiment("synthetic").get_config()
-  config.curriculum.strategy = "static"
-  config.curriculum.static_mixture.chat = 5.0
+  curriculum.set_mixer(config, "static")
+  config.curriculum.mixer.mixture.chat = 5.0
   n = config.train.num_steps
   switch = n // 2
   seen = []
@@ -409,15 +409,16 @@ def test_an_interrupted_probe_stops_the_fit_and_is_resumed_next_time(tmp_path):
 
 
 def test_then_uniform_is_uniform_whatever_the_config_files_static_mixture(tmp_path, monkeypatch):
-  """The recorded config file sets a non-uniform static_mixture: the target run's second part is
+  """The recorded config file sets a non-uniform static mixture: the target run's second part is
   still 1/16 on every source."""
   monkeypatch.chdir(ROOT)
   base = tmp_path / "skewed.py"
   base.write_text("from andrea_jax.config import load_config_file\n"
                   "def get_config():\n"
                   f"  c = load_config_file({str(ROOT / 'experiments' / 'synthetic.py')!r})\n"
-                  "  c.curriculum.strategy = 'static'\n"
-                  "  c.curriculum.static_mixture.chat = 5.0\n"
+                  "  from andrea_jax.curriculum import set_mixer\n"
+                  "  set_mixer(c, 'static')\n"
+                  "  c.curriculum.mixer.mixture.chat = 5.0\n"
                   "  return c\n")
   fit_dir = tmp_path / "fit"
   fit_dir.mkdir()
@@ -456,10 +457,8 @@ def test_specs_that_differ_only_in_a_held_geometry_differ():
   from andrea_jax.curriculum import geometry
   specs = []
   for mixture in ({}, None):
-    c = curriculum.curriculum_config()
-    c.strategy = "elastic"
+    c = curriculum.curriculum_config(mixer="elastic")
     c.geometries = ml_collections.ConfigDict({"all": geometry("all", 0, mixture=mixture)})
     specs.append(curriculum.spec_from_config(c))
-  np.testing.assert_array_equal(specs[0].mixture, specs[1].mixture)
-  assert specs[0].held.tolist() == [True] and specs[1].held.tolist() == [False]
+  assert specs[0].geometry_mixers.tolist() == [1] and specs[1].geometry_mixers.tolist() == [0]
   assert specs[0] != specs[1] and hash(specs[0]) != hash(specs[1])

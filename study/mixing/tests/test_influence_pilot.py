@@ -136,7 +136,7 @@ def test_the_pilot_measures_the_state_before_each_step_on_that_steps_batches(dat
 
 def _fake_pilot(calls, b=np.linspace(-0.05, 0.5, 16)):
   def fn(config, steps, batches, iters, gn_rows, source_batch, log):
-    calls.append((list(steps), batches, iters, gn_rows, config.curriculum.strategy))
+    calls.append((list(steps), batches, iters, gn_rows, config.curriculum.mixer.name))
     return {"b": list(b), "sources": list(SOURCES), "steps_run": steps[-1] + batches,
             "measurements": [{"step": t, "lambda": 1.0, "b": list(b), "first_order": list(b)}
                              for t in steps], "train_s": 1.0, "measure_s": 2.0}

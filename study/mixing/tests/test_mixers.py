@@ -13,9 +13,8 @@ def test_andrea_log_rate_steps_toward_the_fastest_source():
   """The study's ``andrea_log_rate`` mixer (by name), never random: each bandit phase moves ``eta`` of the way to the vertex of the
   source whose loss falls fastest in log-time (here extra-03), so its weight follows ``1 - (1 -
   eta)^k (1 - w_0)`` after ``k`` informed bandit phases."""
-  c = _full_simplex_config(strategy="study.mixing.mixers:andrea_log_rate", eta=0.2,
-                           random_share=0.0)
-  c.elastic.update(burn_in=20)
+  c = _full_simplex_config(mixer=curriculum.mixer_config(
+      "study.mixing.mixers:andrea_log_rate", eta=0.2, random_share=0.0, burn_in=20))
   spec = curriculum.spec_from_config(c)
   b = np.full(16, 0.1)
   top = SOURCES.index("extra-03")
@@ -32,6 +31,6 @@ def test_andrea_log_rate_steps_toward_the_fastest_source():
   np.testing.assert_allclose(informed, 1 - 0.8 ** k * (1 - w0), rtol=1e-4)
   assert len(informed) >= 5 and starts[first] < 100
   # ANDREA's own walk ranks by the UCB index instead: a different walk on the same losses.
-  c.strategy = "bandit_only"
+  c.mixer = curriculum.mixer_config("bandit_only", eta=0.2)
   used_ucb, _ = _drive(curriculum.spec_from_config(c), 400, lambda t: 4.0 - b * math.log1p(t))
   assert not np.allclose(used_ucb, used)

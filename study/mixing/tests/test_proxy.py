@@ -191,11 +191,10 @@ def test_scale_elasticity_refuses_bad_input(sizes, b, target, message):
 
 
 def test_proxy_schedule_holds_the_mixture_then_uniform():
-  """The static strategy under the schedule's geometries holds the mixture for the first
+  """The static mixer under the schedule's geometries holds the mixture for the first
   ``hold`` of the run exactly (it lies inside the full simplex), then 1/16 on every source."""
   mixture = proxy.elasticity_mixture(np.linspace(0.05, 0.8, 16))
-  c = curriculum.curriculum_config()
-  c.strategy = "static"
+  c = curriculum.curriculum_config(mixer="static")
   c.geometries = proxy.proxy_schedule(mixture, num_steps=200, hold=0.25)
   spec = curriculum.spec_from_config(c)
   assert spec.geometry_names == ("proxy", "uniform")

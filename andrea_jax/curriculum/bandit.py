@@ -1,4 +1,4 @@
-r"""A discounted-UCB bandit over the data sources, rewarded by learning progress.
+r"""A discounted-UCB bandit over the data sources, rewarded by learning progress or target gain.
 
 Pure functions over a :class:`BanditState` pytree; the parameters are a validated
 :class:`BanditParams`. The curriculum (:mod:`andrea_jax.curriculum`) calls :func:`observe` every
@@ -48,6 +48,12 @@ squashed smoothly into ``(0, 1)``:
 ``r = 1/2`` means no progress, ``r = 3/4`` a progress of ``kappa`` scales (``reward_knee``); the
 squash never saturates, so more progress always ranks higher. All progress equal (e.g. all zero)
 gives equal rewards.
+
+**Target gain** (the other reward, for a run with a declared target): instead of each source's own
+learning progress, :func:`observe_gain` records, every few steps, how fast a step on each source
+lowers the loss on the run's target (:mod:`andrea_jax.target_gain`), and :func:`close_gain_window`
+folds the window's mean gain into the same discounted statistics (one count per measurement). The
+rescaling and the index below are the same for both rewards.
 
 **Index.** With the optimistic prior reward 1 held by ``n_0`` pseudo-steps (``prior_count``), the
 exploration weight ``c`` and the count floor ``n_min``:
@@ -286,6 +292,57 @@ def close_window(params: BanditParams, state: BanditState) -> BanditState:
       has_ref=state.has_ref | observed,
       win_loss=z(), win_tokens=z(), win_steps=jnp.zeros_like(state.win_steps),
       last_progress=jnp.where(has_progress, progress, jnp.nan))
+
+
+def observe_gain(state: BanditState, gains: jax.Array) -> BanditState:
+  """Adds one measurement of the sources' *target gains* to the open window (the reward of a run
+  with a declared target; see :mod:`andrea_jax.target_gain`): O(S), no branch.
+
+  ``gains[s]`` is how fast a step on source ``s`` lowers the loss on the run's target, first
+  order (nats per unit step); NaN where the step measured nothing (the measurement runs every few
+  steps). The window keeps each source's running mean of its gains in ``win_loss`` and their
+  number in ``win_tokens``; gains are clipped to ``[-1e6, 1e6]``.
+
+  Example:
+    >>> s = observe_gain(observe_gain(init(2), jnp.array([1.0, jnp.nan])), jnp.array([3.0, 2.0]))
+    >>> s.win_loss, s.win_tokens
+    (Array([2., 2.], dtype=float32), Array([2., 1.], dtype=float32))
+  """
+  gains = jnp.asarray(gains, jnp.float32)
+  if gains.shape != state.win_loss.shape:
+    raise ValueError(f"observe_gain: gains must have shape {state.win_loss.shape} (one per "
+                     f"source), got {gains.shape}")
+  valid = jnp.isfinite(gains)
+  g = jnp.clip(jnp.where(valid, gains, 0.0), -LOSS_CLIP, LOSS_CLIP)
+  total = state.win_tokens + valid.astype(jnp.float32)
+  frac = jnp.where(valid, 1.0 / jnp.where(valid, total, 1.0), 0.0)
+  return state.replace(win_loss=state.win_loss + (g - state.win_loss) * frac, win_tokens=total,
+                       win_steps=state.win_steps + 1)
+
+
+def close_gain_window(params: BanditParams, state: BanditState) -> BanditState:
+  """Ends a window of target-gain measurements (:func:`observe_gain`): the discounted statistics.
+
+  Each source measured ``m_s`` times in the window with mean gain ``bar a_s`` gets
+  ``N_s <- gamma^L N_s + m_s`` and ``P_s <- gamma^L P_s + m_s bar a_s``, so that
+  ``hat p_s = P_s / N_s`` is the discounted mean gain; the reward, the scale and the index are then
+  those of learning progress (:func:`rewards`, :func:`ucb_index`). Every source is measured at
+  every measurement, so the counts, and with them the confidence bonuses, stay equal: the index
+  ranks the sources by their gain.
+
+  Example:
+    >>> s = close_gain_window(BanditParams(), observe_gain(init(2), jnp.array([1e-3, -1e-3])))
+    >>> estimates(s)
+    Array([ 0.001, -0.001], dtype=float32)
+  """
+  observed = state.win_tokens > 0
+  decay = jnp.asarray(params.discount, jnp.float32) ** state.win_steps.astype(jnp.float32)
+  z = lambda: jnp.zeros_like(state.win_tokens)
+  return state.replace(
+      counts=decay * state.counts + state.win_tokens,
+      progress=decay * state.progress + state.win_tokens * state.win_loss,
+      win_loss=z(), win_tokens=z(), win_steps=jnp.zeros_like(state.win_steps),
+      last_progress=jnp.where(observed, state.win_loss, jnp.nan))
 
 
 def estimates(state: BanditState) -> jax.Array:

@@ -1,0 +1,210 @@
+"""The target gain: the measurement against closed forms and a slower exact method, the bandit's
+target-gain reward on hand-worked numbers, the walk it drives, and a whole run that uses it."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import pytest
+
+from andrea_jax import curriculum, runconfig, step as step_lib, target_gain, train
+from andrea_jax.curriculum import bandit
+from tests.util import small_run_config
+
+
+def _quadratic_problem(seed=0, dim=5, rows=2, sources=3):
+  """Per-row loss ``0.5 (x . w - y)^2``: the probe holds ``rows`` rows of each source (source 1
+  with no tokens that count), the target 4 rows."""
+  rng = np.random.default_rng(seed)
+  probe = {"x": rng.normal(size=(rows * sources, dim)), "y": rng.normal(size=rows * sources),
+           "n": np.ones(rows * sources), "source_ids": np.repeat(np.arange(sources), rows)}
+  probe["n"][rows:2 * rows] = 0.0
+  target = {"x": rng.normal(size=(4, dim)), "y": rng.normal(size=4), "n": np.ones(4),
+            "source_ids": np.zeros(4, int)}
+  w = rng.normal(size=dim)
+  return w, probe, target
+
+
+def _mean_grad(w, b):
+  """``grad (1 / n) sum_r n_r 0.5 (x_r . w - y_r)^2`` by hand, float64."""
+  r = b["x"] @ w - b["y"]
+  return (b["n"] * r) @ b["x"] / max(b["n"].sum(), 1.0)
+
+
+@pytest.mark.parametrize("precondition", [False, True])
+def test_gains_are_the_preconditioned_gradient_alignment(precondition):
+  """``a_s = <P grad L_T, grad L_s>`` with the gradients of the quadratics worked out by hand; a
+  source with no tokens, and one the probe does not hold, are NaN."""
+  w, probe, target = _quadratic_problem()
+  p_D = np.linspace(0.5, 2.0, w.size)
+  f32 = lambda t: {k: jnp.asarray(v, jnp.int32 if k == "source_ids" else jnp.float32)
+                   for k, v in t.items()}
+  pr, tg = f32(probe), f32(target)
+
+  def source_losses(params):
+    r = pr["x"] @ params["w"] - pr["y"]
+    loss_S = jax.ops.segment_sum(0.5 * r * r * pr["n"], pr["source_ids"], num_segments=4)
+    tokens_S = jax.ops.segment_sum(pr["n"], pr["source_ids"], num_segments=4)
+    return loss_S / jnp.maximum(tokens_S, 1.0), tokens_S
+
+  def target_loss(params):
+    r = tg["x"] @ params["w"] - tg["y"]
+    return jnp.mean(0.5 * r * r)
+
+  got = target_gain.gains(source_losses, target_loss, {"w": jnp.asarray(w, jnp.float32)},
+                          precondition={"w": jnp.asarray(p_D, jnp.float32)} if precondition
+                          else None)
+  g_T = _mean_grad(w, target) * (p_D if precondition else 1.0)
+  want = [g_T @ _mean_grad(w, {k: v[2 * s:2 * s + 2] for k, v in probe.items()}) for s in (0, 2)]
+  np.testing.assert_allclose(np.asarray(got)[[0, 2]], want, rtol=1e-5)
+  assert np.isnan(got[1]) and np.isnan(got[3])
+
+
+def test_the_preconditioner_is_adams():
+  """``1 / (sqrt(nu) + eps)`` with ``nu = (1 - b2) sum_k b2^(t-1-k) g_k^2`` after two updates."""
+  params = {"w": jnp.zeros(3)}
+  tx = optax.chain(optax.clip_by_global_norm(1e9), optax.adamw(1e-3, b2=0.9, eps=1e-3))
+  state = tx.init(params)
+  grads = [np.array([1.0, -2.0, 0.5]), np.array([0.0, 1.0, 3.0])]
+  for g in grads:
+    _, state = tx.update({"w": jnp.asarray(g, jnp.float32)}, state, params)
+  nu = 0.1 * (0.9 * grads[0] ** 2 + grads[1] ** 2)
+  np.testing.assert_allclose(target_gain.preconditioner(state, params, 1e-3)["w"],
+                             1 / (np.sqrt(nu) + 1e-3), rtol=1e-6)
+  np.testing.assert_array_equal(target_gain.preconditioner((), params, 1e-3)["w"], 1.0)
+
+
+def test_close_gain_window_keeps_a_discounted_mean_gain():
+  """Window 1: gains (2, -1) then (4, NaN); window 2 (three steps): (1, 3). With gamma = 0.5:
+  N = 0.5^3 (2, 1) + (1, 1), P = 0.5^3 (6, -1) + (1, 3), hat p = P / N (worked by hand)."""
+  p = bandit.BanditParams(discount=0.5)
+  s = bandit.observe_gain(bandit.init(2), jnp.array([2.0, -1.0]))
+  s = bandit.close_gain_window(p, bandit.observe_gain(s, jnp.array([4.0, jnp.nan])))
+  np.testing.assert_allclose(s.counts, [2.0, 1.0])
+  np.testing.assert_allclose(s.progress, [6.0, -1.0])
+  for gain in ([jnp.nan, jnp.nan], [1.0, 3.0], [jnp.nan, jnp.nan]):
+    s = bandit.observe_gain(s, jnp.array(gain))
+  s = bandit.close_gain_window(p, s)
+  n = 0.125 * np.array([2.0, 1.0]) + 1
+  np.testing.assert_allclose(s.counts, n, rtol=1e-6)
+  np.testing.assert_allclose(bandit.estimates(s), (0.125 * np.array([6.0, -1.0]) + [1, 3]) / n,
+                             rtol=1e-6)
+
+
+def test_the_walk_rewarded_by_gain_steps_toward_the_best_source():
+  """Constant gains (1, 3, 2) 1e-3, no random phase: every bandit phase moves eta = 0.3 toward b
+  (equal counts, so equal bonuses: the highest gain has the highest index), so b's weight after k
+  decisions is ``1 - (2/3) 0.7^k`` from the uniform start. The losses say the opposite (a's
+  falls fastest) and are not looked at."""
+  sources = ("a", "b", "c")
+  c = curriculum.curriculum_config(
+      ml_collections.ConfigDict({"all": curriculum.geometry("all", 0, sources=sources)}),
+      sources=sources, mixer="bandit_only", reward="target_gain")
+  spec = curriculum.spec_from_config(c, sources=sources)
+  state = curriculum.init(spec, jax.random.key(0))
+  update = jax.jit(lambda s, t, g: curriculum.update(
+      spec, s, t, jnp.array([5.0 - 0.01 * t, 5.0, 5.0]), jnp.full(3, 10.0), g))
+  used, snaps = [], {-1: curriculum.schedule(state)}
+  for t in range(300):
+    used.append(curriculum.weights_at(snaps[max(t - 1 - spec.decision_lag, -1)], t))
+    gain = jnp.array([1.0, 3.0, 2.0]) * 1e-3 if t % 4 == 0 else jnp.full(3, jnp.nan)
+    state = update(state, jnp.int32(t), gain)
+    snaps[t] = curriculum.schedule(state)
+  used = np.array(used)
+  starts = np.flatnonzero(np.r_[True, np.any(np.diff(used, axis=0) != 0, axis=1)])
+  k = np.arange(len(starts))
+  np.testing.assert_allclose(used[starts, 1], 1 - (2 / 3) * 0.7 ** k, atol=1e-5)
+  np.testing.assert_allclose(curriculum.metrics(spec, state)["progress"], [1e-3, 3e-3, 2e-3],
+                             rtol=1e-5)
+
+
+def _gain_config(num_steps=20, every=2):
+  c = small_run_config(num_steps=num_steps)
+  c.eval.target.chat = 1.0
+  c.eval.target.gutenberg = 1.0
+  c.target_gain.update(every=every, rows_per_source=1, target_rows=4)
+  curriculum.set_mixer(c, "andrea", reward="target_gain")
+  return c
+
+
+def test_the_step_measures_what_the_gradients_say(data_cache):
+  """The jitted step's gains on the real model against a slower exact method: each source's and
+  the target's gradient by ``jax.grad`` of the mean loss over their rows, dotted in float64 with
+  Adam's preconditioner."""
+  from andrea_jax import data as data_lib
+  c = _gain_config()
+  run = runconfig.build(c)
+  tokenizer = data_lib.load_tokenizer(c.data.tokenizer)
+  data = data_lib.open_training_data(c.data, tokenizer, sources=run.sources,
+                                     required=run.used_sources)
+  state = train.init_state(run, train.run_keys(0))
+  gain = run.step_config.target_gain
+  make = lambda **kw: data_lib.MixtureSampler(data, seq_len=c.data.seq_len, **kw)
+  rows = target_gain.ProbeBatches(gain, np.asarray(run.target), make, c.seed).rows(0)
+  batch = {k: jnp.asarray(v) for k, v in make(global_batch_size=16, seed=0).batch(
+      0, np.full(16, 1 / 16)).items()}
+  _, metrics = jax.jit(lambda s, b: step_lib.train_step(run.step_config, s, b))(
+      state, {**batch, **{k: jnp.asarray(v) for k, v in rows.items()}})
+  _, probe, tgt = target_gain.split({k: jnp.asarray(v) for k, v in rows.items()})
+
+  def mean_grad(b):
+    def mean(p):
+      loss_BxT, mask_BxT = step_lib.token_losses(run.step_config.model, p, b)
+      return loss_BxT.sum() / mask_BxT.sum()
+    return np.concatenate([np.ravel(x) for x in jax.tree.leaves(jax.grad(mean)(state.params))]
+                          ).astype(np.float64)
+
+  p = np.concatenate([np.ravel(x) for x in jax.tree.leaves(target_gain.preconditioner(
+      state.opt_state, state.params, c.optim.eps))]).astype(np.float64)
+  d = p * mean_grad(tgt)
+  ids = np.asarray(probe["source_ids"])
+  got = np.asarray(metrics["target_gain"])
+  for s in range(16):
+    rows_s = np.flatnonzero(ids == s)
+    if not run.step_config.target_gain.measured[s]:
+      assert np.isnan(got[s])
+      continue
+    want = d @ mean_grad({k: v[rows_s] for k, v in probe.items()})
+    np.testing.assert_allclose(got[s], want, rtol=2e-3, atol=1e-6 * np.abs(d).max())
+
+
+def test_a_gain_reward_needs_the_measurement_and_a_target():
+  c = small_run_config()
+  curriculum.set_mixer(c, "andrea", reward="target_gain")
+  with pytest.raises(ValueError, match=r"curriculum.mixer.reward = 'target_gain' .* set "
+                                       r"target_gain.every > 0"):
+    runconfig.build(c)
+  c.target_gain.every = 4
+  with pytest.raises(ValueError, match=r"target_gain.every = 4 measures .* eval.target is not "
+                                       r"set"):
+    runconfig.build(c)
+  c.eval.target.chat = 1.0
+  c.target_gain.rows_per_source = 0
+  with pytest.raises(ValueError, match=r"target_gain.rows_per_source must be an integer >= 1, "
+                                       r"got 0"):
+    runconfig.build(c)
+  c.target_gain.rows_per_source = 1
+  with pytest.raises(ValueError, match=r"target_gain.target_rows = 8 rows is not a multiple of "
+                                       r"the 3 devices"):
+    target_gain.from_config(c.target_gain, sources=("a",), used=("a",), target=(1.0,), eps=1e-8,
+                            devices=3)
+
+
+@pytest.mark.slow
+def test_a_run_rewarded_by_target_gain_resumes_bit_identically(tmp_path, data_cache):
+  """20 steps, gains every 2: in one go, and 9 + 11 with a checkpoint between, the same logs;
+  the gains logged at the measurement steps that are log steps."""
+  c = _gain_config(num_steps=20, every=2)
+  c.train.log_every = 1
+  train.train_and_evaluate(c, str(tmp_path / "whole"))
+  c.train.stop_step = 9
+  train.train_and_evaluate(c, str(tmp_path / "parts"))
+  c.train.stop_step = 0
+  train.train_and_evaluate(c, str(tmp_path / "parts"))
+  read = lambda run: [json.loads(line) for line in (tmp_path / run / "metrics.jsonl").open()]
+  assert read("parts") == read("whole")
+  measured = [r["step"] for r in read("whole") if "target_gain/chat" in r]
+  assert measured == list(range(0, 20, 2))
