@@ -63,7 +63,7 @@ def _programs(run, spec: dict, state, batch):
   earlier = gpu_step.step_config(run, dict(spec, **gpu.LEVERS_OFF))
   now = gpu_step.step_config(run, dict(spec, **gpu.LEVERS_ON))
   B, T, D = spec["batch"], spec["seq_len"], m.d_model
-  weights_BxT = step_lib.token_weights(batch)
+  weights_BxT = step_lib.loss_weights(batch)
   n = jnp.maximum(weights_BxT.sum(), 1.0)
   ct_BxTxD = jax.random.normal(jax.random.key(0), (B, T, D), m.compute_dtype)
   x_BxTxD = jax.random.normal(jax.random.key(1), (B, T, D), m.compute_dtype)
