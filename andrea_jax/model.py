@@ -20,7 +20,14 @@ Parameter tree (names follow the HF checkpoint, see :mod:`andrea_jax.convert`)::
   h_{i}/attn/c_attn/{kernel [D, 3D], bias [3D]}   h_{i}/attn/c_proj/{kernel [D, D], bias [D]}
   h_{i}/mlp/c_fc/{kernel [D, F], bias [F]}        h_{i}/mlp/c_proj/{kernel [F, D], bias [D]}
 
-The ``c_attn`` output is laid out ``[3 (q, k, v), H, Dh]``, as in HF.
+The ``c_attn`` output is laid out ``[3 (q, k, v), H, Dh]``, as in HF. By default
+(``ModelConfig.split_qkv``) q, k and v are computed as three matmuls ``x W_s + b_s`` over the
+kernel's column blocks ``W_s = kernel[:, s D:(s + 1) D]`` (a free reshape of the kernel to
+``[D, 3, H, Dh]``), each written straight in the ``[B, T, H, Dh]`` layout the attention takes. One
+``[D, 3D]`` matmul (``split_qkv=False``) writes ``[B, T, 3, H, Dh]``, out of which q, k and v are
+copied before the attention, and whose backward concatenates their gradients back (at ANDREA-120M's
+B=64, T=1024 in bf16: 0.3 GB read and written per copy, about 14 GB a step over 12 layers). The
+parameters, their initialisation and the Hugging Face conversion are the same either way.
 """
 
 from __future__ import annotations
@@ -62,6 +69,9 @@ class ModelConfig:
     init_std: standard deviation of the normal initialisation.
     layer_norm_eps: LayerNorm epsilon.
     vocab_multiple: the embedding's row count is ``vocab_size`` rounded up to this.
+    split_qkv: q, k and v by three matmuls over ``c_attn``'s column blocks (True), or by one
+      ``[D, 3D]`` matmul and slices of its output (False; the copies that costs are in the module
+      doc). Same parameters either way.
   """
   vocab_size: int
   max_len: int
@@ -75,6 +85,7 @@ class ModelConfig:
   init_std: float = 0.02
   layer_norm_eps: float = 1e-5
   vocab_multiple: int = 128
+  split_qkv: bool = True
 
   def __post_init__(self):
     for name in ("vocab_size", "max_len", "num_layers", "num_heads", "d_model", "d_mlp",
@@ -94,8 +105,9 @@ class ModelConfig:
       raise ValueError(f"ModelConfig.attention_impl='cudnn' needs dtype='bfloat16' (cuDNN's fused "
                        f"attention takes fp16/bf16 only); got dtype={self.dtype!r}: use 'auto', "
                        "which falls back to XLA in float32")
-    if not isinstance(self.remat, bool):
-      raise ValueError(f"ModelConfig.remat must be a bool; got {self.remat!r}")
+    for name in ("remat", "split_qkv"):
+      if not isinstance(getattr(self, name), bool):
+        raise ValueError(f"ModelConfig.{name} must be a bool; got {getattr(self, name)!r}")
     for name in ("init_std", "layer_norm_eps"):
       value = getattr(self, name)
       if (isinstance(value, bool) or not isinstance(value, (int, float))
@@ -157,6 +169,36 @@ def _layer_norm(config: ModelConfig, name: str) -> nn.LayerNorm:
                       use_fast_variance=False, name=name)
 
 
+class QkvProjection(nn.Module):
+  """``c_attn``: q, k, v ``[B, T, H, Dh]`` each, from ``x [B, T, D]`` and one ``[D, 3D]`` kernel.
+
+  The parameters are ``nn.Dense(3D)``'s (``kernel [D, 3D]``, ``bias [3D]``, the same initialisers
+  drawn in the same order, so the same values for a key), and so is the arithmetic of each output:
+  operands cast to the compute dtype, a matmul of length ``D``, the bias added in that dtype.
+  ``split_qkv`` picks three ``[D, D]`` matmuls over the column blocks or one ``[D, 3D]`` matmul
+  and slices (see the module doc).
+  """
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x_BxTxD: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    cfg = self.config
+    B, T, D = x_BxTxD.shape
+    H, Dh = cfg.num_heads, cfg.head_dim
+    kernel_Dx3D = self.param("kernel", nn.initializers.normal(cfg.init_std), (D, 3 * D),
+                             jnp.float32)
+    bias_3D = self.param("bias", nn.initializers.zeros, (3 * D,), jnp.float32)
+    x, kernel_Dx3D, bias_3D = (a.astype(cfg.compute_dtype) for a in (x_BxTxD, kernel_Dx3D, bias_3D))
+    if not cfg.split_qkv:
+      qkv_BxTx3D = jnp.einsum("btd,df->btf", x, kernel_Dx3D) + bias_3D.reshape(1, 1, 3 * D)
+      qkv_BxTx3xHxDh = qkv_BxTx3D.reshape(B, T, 3, H, Dh)
+      return tuple(qkv_BxTx3xHxDh[:, :, i] for i in range(3))
+    kernel_Dx3xHxDh = kernel_Dx3D.reshape(D, 3, H, Dh)
+    bias_3x1x1xHxDh = bias_3D.reshape(3, 1, 1, H, Dh)
+    return tuple(jnp.einsum("btd,dhk->bthk", x, kernel_Dx3xHxDh[:, i]) + bias_3x1x1xHxDh[i]
+                 for i in range(3))
+
+
 class CausalSelfAttention(nn.Module):
   """Multi-head self-attention with one fused QKV projection; optional KV cache (``decode``)."""
   config: ModelConfig
@@ -168,9 +210,7 @@ class CausalSelfAttention(nn.Module):
     cfg = self.config
     B, T, D = x_BxTxD.shape
     H, Dh = cfg.num_heads, cfg.head_dim
-    qkv_BxTx3D = _dense(3 * D, cfg.init_std, cfg.compute_dtype, "c_attn")(x_BxTxD)
-    qkv_BxTx3xHxDh = qkv_BxTx3D.reshape(B, T, 3, H, Dh)
-    q, k, v = (qkv_BxTx3xHxDh[:, :, i] for i in range(3))  # each [B, T, H, Dh]
+    q, k, v = QkvProjection(cfg, name="c_attn")(x_BxTxD)  # each [B, T, H, Dh]
 
     is_causal = True
     if self.decode:
@@ -241,6 +281,9 @@ class Transformer(nn.Module):
     ``mutable=['cache']``); the tokens continue where the cache stopped. See :mod:`generate`.
   * Applied with ``mutable=['intermediates']``, every block sows its attention weights
     ``[B, H, T, S]`` under ``intermediates/h_{i}/attn/attention_weights``.
+  * ``hidden=True``: return the final LayerNorm's output ``[B, T, D]`` (compute dtype) instead of
+    the logits: what the fused output projection and loss (:func:`andrea_jax.xent.cross_entropy`)
+    takes, with ``params['wte']['embedding']``, so that the logits are never built here.
 
   Example:
     >>> cfg = tiny()
@@ -251,7 +294,8 @@ class Transformer(nn.Module):
 
   @nn.compact
   def __call__(self, tokens_BxT: jax.Array, segment_ids: jax.Array | None = None,
-               positions: jax.Array | None = None, *, decode: bool = False) -> jax.Array:
+               positions: jax.Array | None = None, *, decode: bool = False,
+               hidden: bool = False) -> jax.Array:
     cfg = self.config
     if jnp.ndim(tokens_BxT) != 2:
       raise ValueError(f"tokens must be [batch, length]; got shape {jnp.shape(tokens_BxT)}")
@@ -289,6 +333,8 @@ class Transformer(nn.Module):
     for i in range(cfg.num_layers):
       x_BxTxD = block_cls(cfg, decode, name=f"h_{i}")(x_BxTxD, mask, cache_index)
     x_BxTxD = _layer_norm(cfg, "ln_f")(x_BxTxD)
+    if hidden:
+      return x_BxTxD
 
     # Tied output projection, accumulated in float32 so the logits keep full precision in bf16.
     logits_BxTxVp = jnp.einsum("btd,vd->btv", x_BxTxD,

@@ -80,18 +80,43 @@ def decay_mask(params):
   return jax.tree.map(lambda p: p.ndim >= 2, params)
 
 
+def clip_by_global_norm(max_norm: float) -> optax.GradientTransformationExtraArgs:
+  r"""``optax.clip_by_global_norm`` that can take the norm from its caller.
+
+  .. math:: g \leftarrow g \quad \text{if } \|g\| < c, \qquad
+            g \leftarrow \frac{g}{\|g\|}\, c \quad \text{otherwise}
+
+  with :math:`\|g\|` the global norm over every leaf, the same arithmetic as optax's (and the same
+  empty state, so checkpoints do not change). ``update(grads, state, params, grad_norm=n)`` uses
+  ``n`` instead of computing the norm again: the train step has just computed it for its metric,
+  and the norm is a full read of the gradient. Without ``grad_norm`` it computes it, as optax does.
+
+  Example:
+    >>> tx = optax.chain(clip_by_global_norm(1.0), optax.adamw(3e-4))
+    >>> updates, state = tx.update(grads, state, params, grad_norm=optax.tree.norm(grads))
+  """
+  def update_fn(updates, state, params=None, *, grad_norm=None, **extra_args):
+    del params, extra_args
+    g_norm = optax.tree.norm(updates) if grad_norm is None else grad_norm
+    trigger = jnp.squeeze(g_norm < max_norm)
+    clip = lambda t: jax.lax.select(trigger, t, (t / g_norm.astype(t.dtype)) * max_norm)
+    return jax.tree.map(clip, updates), state
+  return optax.GradientTransformationExtraArgs(optax.init_empty_state, update_fn)
+
+
 def make_optimizer(cfg: ml_collections.ConfigDict, total_steps: int,
-                   schedule: Schedule | None = None) -> optax.GradientTransformation:
+                   schedule: Schedule | None = None) -> optax.GradientTransformationExtraArgs:
   """``optax.chain(clip_by_global_norm, adamw)`` from the ``optim`` section.
 
   ``schedule`` overrides the learning-rate schedule (the warmup ablation passes one with traced
-  parameters); by default it is :func:`learning_rate_schedule`.
+  parameters); by default it is :func:`learning_rate_schedule`. The clipping is
+  :func:`clip_by_global_norm`: ``update(..., grad_norm=n)`` hands it a norm already computed.
   """
   validate_optim_config(cfg, total_steps)
   schedule = schedule or learning_rate_schedule(cfg, total_steps)
   parts = []
   if cfg.grad_clip > 0:
-    parts.append(optax.clip_by_global_norm(cfg.grad_clip))
+    parts.append(clip_by_global_norm(cfg.grad_clip))
   parts.append(optax.adamw(learning_rate=schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps,
                            weight_decay=cfg.weight_decay, mask=decay_mask))
   return optax.chain(*parts)

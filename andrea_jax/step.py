@@ -6,10 +6,13 @@ step when it is built. The step does, in order:
 
 1. forward and backward over the batch, split into ``grad_accum_steps`` micro-batches scanned on device
    (one call = one optimizer step, so the schedule, the curriculum and the checkpoints all count the same
-   steps);
+   steps); the output projection and the cross-entropy run fused (:mod:`andrea_jax.xent`: bf16
+   matmuls with float32 accumulation, no float32 logits), and the loss is divided by the batch's
+   token count inside, so the gradient comes out as the mean's;
 2. the per-source mean loss and token counts, a segment sum over the batch's source ids;
-3. the AdamW update -- skipped, leaving the state untouched, when the loss, the gradient or the new
-   weights are not finite;
+3. the gradient's global norm, computed once for the metric and the clipping, then the AdamW
+   update -- skipped, leaving the state untouched, when the loss, the gradient or the new weights are
+   not finite;
 4. every ``target_gain.every`` steps, the sources' target gains at the weights the step started
    from (:mod:`andrea_jax.target_gain`, on the batch's ``probe/`` and ``target/`` rows);
 5. the curriculum update with the per-source losses and gains (the weights of the batches to come);
@@ -35,6 +38,7 @@ import optax
 from andrea_jax import cliff as cliff_lib
 from andrea_jax import curriculum
 from andrea_jax import target_gain as gain_lib
+from andrea_jax import xent as xent_lib
 from andrea_jax.model import Transformer
 
 PyTree = Any
@@ -55,7 +59,12 @@ class TrainState:
 
 @dataclasses.dataclass(frozen=True)
 class StepConfig:
-  """What the step needs that never changes during a run."""
+  """What the step needs that never changes during a run.
+
+  ``xent`` and ``lean_update`` are speed paths with the same results (to float32 rounding in
+  float32; bf16 logits in bf16: see :mod:`andrea_jax.xent`); ``None`` and ``False`` give the
+  earlier forms, kept for the A/B rows of bench/gpu.py.
+  """
   model: Transformer
   tx: optax.GradientTransformation
   schedule: Callable[[jax.Array], jax.Array]
@@ -66,18 +75,38 @@ class StepConfig:
   max_nonfinite_steps: int = 5
   document_mask: bool = True      # attention within each packed document only (see token_losses)
   target_gain: gain_lib.TargetGain | None = None   # the sources' target gains, measured or not
+  # The fused output projection and loss (None: the model's float32 logits, then optax's loss).
+  xent: xent_lib.XentConfig | None = xent_lib.XentConfig()
+  # The loss divided by the token count inside (the gradient comes out divided), and one global
+  # norm for the metric and the clipping (False: the gradient divided after, clipping's own norm).
+  lean_update: bool = True
 
 
-def token_losses(model: Transformer, params: PyTree, batch: Batch,
-                 document_mask: bool = True) -> tuple[jax.Array, jax.Array]:
+def token_losses(model: Transformer, params: PyTree, batch: Batch, document_mask: bool = True, *,
+                 xent: xent_lib.XentConfig | None = None) -> tuple[jax.Array, jax.Array]:
   """Per-token cross-entropy ``[B, T]`` (float32) and the mask of tokens that count ``[B, T]``.
 
-  The tokens that count are :func:`loss_weights`'s. With ``document_mask`` a token attends only
-  to earlier tokens of its own document (the segment ids); without, to every earlier token of its
-  row (plain causal attention, as GPT-2 trained: the fused cuDNN kernel's fastest path).
+  ``loss[b, t] = weights[b, t] * CE(logits[b, t], targets[b, t])`` with the weights of
+  :func:`loss_weights`. With ``document_mask`` a token attends only to earlier tokens of its own
+  document (the segment ids); without, to every earlier token of its row (plain causal attention,
+  as GPT-2 trained: the fused cuDNN kernel's fastest path).
+
+  ``xent``: run the output projection and the loss fused (:func:`andrea_jax.xent.cross_entropy`,
+  what the train step does) instead of taking the model's float32 logits (what evaluation does):
+  the same values in float32, bf16 logits in bf16.
   """
-  loss_BxT = _cross_entropy(model, params, batch, document_mask)
   mask_BxT = loss_weights(batch)
+  if xent is not None:
+    cfg = model.config
+    segment_ids = batch["segment_ids"] if document_mask else None
+    x_BxTxD = model.apply({"params": params}, batch["inputs"], segment_ids=segment_ids,
+                          positions=batch["positions"], hidden=True)
+    loss_BxT = xent_lib.cross_entropy(
+        x_BxTxD, params["wte"]["embedding"], batch["targets"], mask_BxT,
+        vocab_size=cfg.vocab_size, dtype=cfg.compute_dtype, logits_dtype=xent.logits_dtype,
+        block_rows=xent.block_rows)
+    return loss_BxT, mask_BxT
+  loss_BxT = _cross_entropy(model, params, batch, document_mask)
   return loss_BxT * mask_BxT, mask_BxT
 
 
@@ -126,29 +155,36 @@ def loss_and_grads(cfg: StepConfig, params: PyTree, batch: Batch):
   """Mean token loss, its gradient, and per-source ``(loss sums [S], tokens [S])``.
 
   With ``grad_accum_steps = k`` the batch is cut into k micro-batches (rows ``j, j + k, ...``)
-  whose gradients are summed in a ``lax.scan`` (memory of one micro-batch), then divided by the
-  total token count: the result equals the full-batch gradient.
+  whose gradients are summed in a ``lax.scan`` (memory of one micro-batch): the result equals the
+  full-batch gradient. Under ``cfg.lean_update`` each micro-batch's loss sum is divided by the
+  whole batch's token count ``n`` (known from the segment ids before the forward pass) inside the
+  differentiated function, so the cotangent ``1 / n`` rides the backward pass and the gradient
+  comes out divided; otherwise the summed gradient is divided by ``n`` afterwards (a pass over it).
   """
+  n = jnp.maximum(loss_weights(batch).sum(), 1.0)
+  scale = 1.0 / n if cfg.lean_update else 1.0
+
   def micro(params, mb):
     def total_loss(p):
-      loss_BxT, mask_BxT = token_losses(cfg.model, p, mb, cfg.document_mask)
-      return loss_BxT.sum(), (loss_BxT, mask_BxT)
-    (loss_sum, (loss_BxT, mask_BxT)), g = jax.value_and_grad(total_loss, has_aux=True)(params)
+      loss_BxT, mask_BxT = token_losses(cfg.model, p, mb, cfg.document_mask, xent=cfg.xent)
+      return loss_BxT.sum() * scale, (loss_BxT, mask_BxT)
+    (loss, (loss_BxT, mask_BxT)), g = jax.value_and_grad(total_loss, has_aux=True)(params)
     ls, ts = per_source_sums(loss_BxT, mask_BxT, mb["source_ids"], cfg.num_sources)
-    return loss_sum, g, ls, ts
+    return loss, g, ls, ts
 
   if cfg.grad_accum_steps == 1:
-    loss_sum, grads, loss_S, tokens_S = micro(params, batch)
+    loss, grads, loss_S, tokens_S = micro(params, batch)
   else:
     def body(carry, mb):
       out = micro(params, mb)
       return jax.tree.map(jnp.add, carry, out), None
     zeros = (jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, params),
              jnp.zeros((cfg.num_sources,), jnp.float32), jnp.zeros((cfg.num_sources,), jnp.float32))
-    (loss_sum, grads, loss_S, tokens_S), _ = jax.lax.scan(
+    (loss, grads, loss_S, tokens_S), _ = jax.lax.scan(
         body, zeros, _split_micro(batch, cfg.grad_accum_steps))
-  n = jnp.maximum(tokens_S.sum(), 1.0)
-  return loss_sum / n, jax.tree.map(lambda g: g / n, grads), loss_S, tokens_S
+  if cfg.lean_update:
+    return loss, grads, loss_S, tokens_S
+  return loss / n, jax.tree.map(lambda g: g / n, grads), loss_S, tokens_S
 
 
 def all_finite(tree: PyTree) -> jax.Array:
@@ -165,6 +201,36 @@ def applied_count(opt_state: PyTree, step: jax.Array) -> jax.Array:
       opt_state, is_leaf=lambda x: isinstance(x, optax.ScaleByScheduleState))
            if isinstance(s, optax.ScaleByScheduleState)]
   return found[0] if found else step
+
+
+def apply_gradients(cfg: StepConfig, params: PyTree, opt_state: PyTree, grads: PyTree,
+                    loss: jax.Array) -> tuple[PyTree, PyTree, jax.Array, jax.Array]:
+  """The update of one step: ``(params, opt_state, grad_norm, finite)``.
+
+  ``grad_norm = ||grads||`` over every leaf; ``cfg.tx`` (clipping, AdamW) applied to the mean
+  gradient ``grads``; ``finite`` = the loss, the norm and the new weights are all finite. When it is
+  False the step is skipped: ``params`` and ``opt_state`` come back as they were (so a NaN never
+  reaches the weights or the moments, and a schedule in ``opt_state`` does not advance).
+  """
+  grad_norm = optax.tree_utils.tree_norm(grads)
+  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+  if cfg.lean_update:
+    # The norm just computed is the clipping's too (andrea_jax.optim.clip_by_global_norm reads it;
+    # a transformation without the argument ignores it).
+    updates, new_opt_state = optax.with_extra_args_support(cfg.tx).update(
+        grads, opt_state, params, grad_norm=grad_norm)
+  else:
+    updates, new_opt_state = cfg.tx.update(grads, opt_state, params)
+  new_params = optax.apply_updates(params, updates)
+  # A finite gradient can still give a non-finite update (a rate or a weight decay that overflows
+  # a finite weight, or any other optimizer's arithmetic), and whether it did cannot be known
+  # before the new weights are: no bound on the old state decides it exactly. So the new weights
+  # are read once more, and the select below follows that read (with the state donated, deciding
+  # before the update would let it be written in place, but would skip some finite steps or keep
+  # some non-finite ones).
+  finite = finite & all_finite(new_params)
+  keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
+  return keep(new_params, params), keep(new_opt_state, opt_state), grad_norm, finite
 
 
 def measure_gains(cfg: StepConfig, state: TrainState, probe: Batch, target: Batch) -> jax.Array:
@@ -200,15 +266,8 @@ def train_step(cfg: StepConfig, state: TrainState, batch: Batch) -> tuple[TrainS
   gain_S = (measure_gains(cfg, state, probe, target)
             if cfg.target_gain is not None and probe is not None else None)
   loss, grads, loss_sum_S, tokens_S = loss_and_grads(cfg, state.params, batch)
-  grad_norm = optax.tree_utils.tree_norm(grads)
-  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-
-  updates, opt_state = cfg.tx.update(grads, state.opt_state, state.params)
-  params = optax.apply_updates(state.params, updates)
-  finite = finite & all_finite(params)    # a finite gradient can still give a non-finite update
-  # A non-finite step changes nothing: the NaN never reaches the weights or the moments.
-  keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
-  params, opt_state = keep(params, state.params), keep(opt_state, state.opt_state)
+  params, opt_state, grad_norm, finite = apply_gradients(cfg, state.params, state.opt_state,
+                                                         grads, loss)
 
   losses_S = loss_sum_S / jnp.maximum(tokens_S, 1.0)
   cur = curriculum.update(cfg.curriculum_spec, state.curriculum, step, losses_S,

@@ -19,6 +19,7 @@ and slowest intervals. Overhead = median step time with the curriculum / without
 
 Usage (from the repository root):
   python -m bench.curriculum_gpu                    # one GPU, 200 steps per run (~3 min, est.)
+  python -m bench.curriculum_gpu --steps=60 --log_every=10     # what bench/device_check.py runs
   python -m bench.curriculum_gpu --cpu              # tiny model on the CPU: checks the script
   python -m bench.curriculum_gpu --json=out/curriculum.json --workdir=/tmp/curriculum_gpu
 Without a GPU (and without --cpu) it says so and exits 0.
@@ -155,8 +156,8 @@ def main(argv: list[str] | None = None):
       results[strategy] = run_one(strategy, os.path.join(root, strategy), args.cpu, steps,
                                   log_every, timeout, args.flags)
       r = results[strategy]
-      print(f"  done: {strategy} ({r.get('wall_s', 0):.0f} s)"
-            + (f" -- {r.get('error') or r.get('note')}" if "error" in r or "note" in r else ""),
+      print(f"  {strategy}: failed -- {r['error']}" if "error" in r else
+            f"  {strategy}: done ({r['wall_s']:.0f} s)" + (f" -- {r['note']}" if "note" in r else ""),
             flush=True)
   print(f"\n{'curriculum':12s} {'step ms':>8s} {'fastest':>8s} {'slowest':>8s} {'tokens/s':>11s} "
         f"{'MFU':>6s} {'loss':>7s} {'wall s':>7s}")

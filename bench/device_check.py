@@ -3,7 +3,7 @@ at most 8 minutes on one NVIDIA GPU, each stage under its own time cap.
 
     bash bench/device_check.sh                 # = python3 -m bench.device_check; on the GPU machine
     bash bench/device_check.sh --dry           # CPU, tiny shapes, the same stages and output files
-    bash bench/device_check.sh --only=curriculum,bench_more --budget=300   # what did not fit
+    bash bench/device_check.sh --only=tests,bench_more --budget=300   # what did not fit
 
 Before: ``make gpu-wheels`` here fills ``.whl/`` with the wheels that the GPU machine's image lacks
 (ml-collections, tensorboardX; under ``.whl/build/``, setuptools, wheel and packaging to build this
@@ -11,48 +11,61 @@ package there). The machine has Python 3.12, jax, flax, optax, orbax, torch and 
 device tool's call carries ``.whl`` (``carry: [".whl"]``) and runs ``bash bench/device_check.sh``
 with a ``timeout_s`` of 540.
 
-Stages, in order (``--only`` picks some; a stage that fails or times out leaves the next ones their
-time; the process group of a stage past its cap is killed, so no GPU work outlives it):
+Stages, in the order of what matters most (``--only`` picks some; a stage that fails or times out
+leaves the next ones their time; the process group of a stage past its cap is killed, so no GPU
+work outlives it):
 
-1. ``env``: ``python -m bench.device_env`` (the versions, devices, cuDNN), and whether XLA accepts
-   the tuned flags (if not, the bench and the curriculum runs take the default ones).
+1. ``env``: ``python -m bench.device_env`` (the versions, devices, cuDNN), and which of
+   bench/gpu.py's XLA flag sets this XLA accepts (one that it does not aborts jax at start-up: the
+   tuned set falls back to none, a flag row is skipped).
 2. ``install``: the carried wheels (``pip install --no-index --no-deps --target``), then this
    package from its source (``--no-deps``: over the machine's own jax, flax, optax, orbax), and an
    import of ``andrea_jax.train`` from the installed copy alone. Every later stage runs the working
    tree (the repository root first on ``PYTHONPATH``, the installed wheels after it).
-3. ``tests``: the GPU-only tests: the cuDNN attention against XLA (tests/test_attention.py) and
-   inside the bf16 model against float32 (tests/test_gpu.py), the bf16 embedding gradient
-   (tests/test_model.py), the unstubbed cuDNN lowering (tests/test_lower_cuda.py).
-4. ``bench``: ``python -m bench.gpu`` at B=64, T=1024, 20 timed steps per row: cuDNN and XLA
-   attention, plain causal, tuned flags, and the PyTorch yardstick in the same run (the targets).
-5. ``curriculum``: ``python -m bench.curriculum_gpu``: two 200-step ANDREA-120M runs by the real
+3. ``bench``: ``python -m bench.gpu`` at B=64, T=1024, 20 timed steps per row: the product (cuDNN,
+   plain causal, every lever, tuned flags) and the PyTorch yardstick (the targets), then the step
+   with no lever and with each lever alone (fused loss, lean update, split qkv), all JAX rows in one
+   process.
+4. ``parts``: ``python -m bench.gpu --parts``: the blocks, the head and loss, and the update timed
+   alone, each without and with its lever.
+5. ``curriculum``: ``python -m bench.curriculum_gpu --steps=60``: two ANDREA-120M runs by the real
    launcher with the real host sampler, the ANDREA curriculum and the static mixture: the
-   curriculum's overhead at GPU speed.
-6. ``bench_more``: ``python -m bench.gpu`` again for the other rows: cuDNN packed (the document
-   mask, as the curriculum runs train), cuDNN with remat, XLA packed, cuDNN with the default flags.
-   The static run's step over the packed cuDNN row's (synthetic batches already on the device) is
-   the host pipeline's cost, printed for information.
+   curriculum's overhead at GPU speed (60 steps: earlier checks found it far under the target).
+6. ``tests``: the GPU-only tests, each under a 60 s cap where pytest-timeout is installed: the cuDNN
+   attention against XLA (tests/test_attention.py) and inside the bf16 model against float32
+   (tests/test_gpu.py), the fused loss in bf16 (tests/test_gpu.py), the bf16 embedding gradient
+   (tests/test_model.py), the unstubbed cuDNN lowering (tests/test_lower_cuda.py); sharing the
+   check's XLA cache, so that a rerun on a warm machine skips their compilations.
+7. ``bench_more``: ``python -m bench.gpu`` for the other rows: the earlier yardstick (the loss
+   outside ``torch.compile``), each flag of XLA's GPU guidance that this XLA accepts (kept only if
+   it beats the product by 1%), the default flags, cuDNN packed (the document mask, as the
+   curriculum runs train: the static run's step over it is the host pipeline's cost), XLA, remat.
 Rows that would start with under a minute of their stage's cap left are skipped (their line says
-so). If compiling ANDREA-120M's step takes much over 40 s, the whole does not fit in 8 minutes: the
+so). If compiling ANDREA-120M's step takes much over 30 s, the whole does not fit in 8 minutes: the
 summary then prints the command that runs what is left.
 
-Output (``$OUT`` when set, else ``bench/out/device_check``; five files, none in a sub-folder):
+Output (``$OUT`` when set, else ``bench/out/device_check``; six files, none in a sub-folder):
 ``results.json`` (every stage's status, seconds and figures, the versions, and the verdicts),
-``check.log`` (this console), ``tests.txt``, ``bench_gpu.txt`` and ``curriculum_gpu.txt`` (the
-tables). The last lines printed are the verdicts against the targets:
+``check.log`` (every stage's whole output), ``tests.txt``, ``bench_gpu.txt`` (the bench and parts
+tables) and ``curriculum_gpu.txt``, and ``hlo.zip``: each JAX row's and part's optimized HLO, one
+member each. The console stays quiet while the stages run (``--verbose`` streams them) and prints,
+when the check ends, the verdicts first, most important first:
 
 * ANDREA-120M at B=64, T=1024 on one H100-class GPU: >= 470K tokens/s (40% MFU by 6N + 12 L d T
-  FLOPs per token), aiming at 520K (45%);
+  FLOPs per token), aiming at 520K (45%), and how far a miss is;
 * >= 1.1x the PyTorch yardstick measured in the same run;
-* the curriculum's overhead under 1% of a step.
+* what each lever brings alone and all together, and which flags win;
+* the curriculum's overhead under 1% of a step;
+then where a step's time goes (the parts), the tables, the stages' statuses.
 
-This check has not run on a GPU yet; ``--dry`` runs it end to end on a CPU
+This check has not run on a GPU yet in this form; ``--dry`` runs it end to end on a CPU
 (tests/test_bench_gpu.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -64,30 +77,24 @@ import tempfile
 import threading
 import time
 
-from bench import curriculum_gpu
+from bench import device_summary as summary_lib
 from bench import gpu
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-STAGES = ("env", "install", "tests", "bench", "curriculum", "bench_more")
-# Seconds: (cap, least worth starting) per stage, on the GPU and in the dry run on a 2-core CPU. The
-# work outgrows 8 minutes if compiling ANDREA-120M's step takes much over 40 s: the stages come in
-# the order of what the targets need, and the summary prints the command that reruns the rest.
-CAPS = {"env": (45, 10), "install": (45, 10), "tests": (90, 30), "bench": (200, 100),
-        "curriculum": (240, 150), "bench_more": (240, 45)}
-DRY_CAPS = {"env": (120, 10), "install": (180, 10), "tests": (300, 30), "bench": (600, 60),
-            "curriculum": (600, 60), "bench_more": (900, 60)}
-OUTPUTS = ("results.json", "check.log", "tests.txt", "bench_gpu.txt", "curriculum_gpu.txt")
-# Seconds for the whole check: 8 minutes less the margin to stop a stage cleanly (5 s for SIGTERM,
-# 5 s after SIGKILL) and to write the summary.
-GPU_BUDGET = 460
-BENCH_ROWS = ("cudnn", "torch", "xla")                 # the targets: the best causal row, PyTorch
-UNTUNED_ROWS = ("cudnn-default", "torch", "xla-default")   # if this XLA rejects the tuned flags
-MORE_ROWS = ("cudnn-packed", "cudnn-remat", "xla-packed", "cudnn-default")
+STAGES = ("env", "install", "bench", "parts", "curriculum", "tests", "bench_more")
+OUTPUTS = ("results.json", "check.log", "tests.txt", "bench_gpu.txt", "curriculum_gpu.txt",
+           "hlo.zip")
+BENCH_ROWS = gpu.DEFAULT_ROWS             # the targets (product, yardstick) and the levers
+MORE_ROWS = ("torch-eager-loss", *gpu.FLAG_ROWS, "cudnn-default", "cudnn-packed", "xla",
+             "cudnn-remat")
+CURRICULUM_STEPS, CURRICULUM_LOG_EVERY = 60, 10     # dry run: 20 and 5
+TEST_CAP_S = 60                           # per GPU test, where pytest-timeout is installed
 # The GPU-only tests, less the two that compile a whole training step (the bench compiles and runs
 # the real one; tests/test_gpu.py::test_train_step_with_cudnn_in_bf16_matches_float32 and
-# tests/test_lower_cuda.py stay in the suite for a machine with more time).
+# tests/test_lower_cuda.py's stubbed lowerings stay in the suite for a machine with more time).
 GPU_TESTS = ["tests/test_gpu.py::test_cudnn_model_in_bf16_matches_float32_xla",
+             "tests/test_gpu.py::test_fused_loss_in_bf16_on_the_gpu_matches_float64",
              "tests/test_gpu.py::test_peak_flops_known_for_this_gpu",
              "tests/test_attention.py::test_cudnn_matches_xla_in_bf16",
              "tests/test_attention.py::test_bf16_inputs_keep_float32_softmax",
@@ -99,19 +106,23 @@ GPU_TESTS = ["tests/test_gpu.py::test_cudnn_model_in_bf16_matches_float32_xla",
 class Check:
   """The stages' shared state: output folder, deadline, console log, results."""
 
-  def __init__(self, out: str, dry: bool, budget: float, wheels: str):
-    self.out, self.dry, self.wheels = out, dry, wheels
+  def __init__(self, out: str, dry: bool, budget: float, wheels: str, verbose: bool = False):
+    self.out, self.dry, self.wheels, self.verbose = out, dry, wheels, verbose
     self.started = time.perf_counter()
     self.budget = budget
-    self.caps = DRY_CAPS if dry else CAPS
+    self.caps = summary_lib.DRY_CAPS if dry else summary_lib.CAPS
     self.site = tempfile.mkdtemp(prefix="andrea_site_")
     self.work = tempfile.mkdtemp(prefix="andrea_check_")
     self.results: dict = {"dry": dry, "budget_s": budget, "stages": {}}
     self.tuned_flags = True   # whether XLA accepts bench/gpu.py's tuned flags (the env stage asks)
+    self.flag_rows = list(gpu.FLAG_ROWS)   # the flag rows whose flags XLA accepts (likewise)
     self.log = open(os.path.join(out, "check.log"), "a")
 
-  def say(self, text: str) -> None:
-    print(text, flush=True)
+  def say(self, text: str, console: bool = False) -> None:
+    """To check.log; to the console too with ``console`` or ``--verbose`` (the console gets the
+    verdicts first, at the end)."""
+    if console or self.verbose:
+      print(text, flush=True)
     self.log.write(text + "\n")
     self.log.flush()
 
@@ -140,8 +151,8 @@ class Check:
 
   def run(self, cmd: list[str], timeout: float, tee: str | None = None, env: dict | None = None,
           cwd: str = REPO) -> tuple[int | None, str]:
-    """Runs ``cmd`` in its own process group, its output streamed to the console, check.log and
-    ``tee``; ``(exit code or None if killed at timeout, output)``."""
+    """Runs ``cmd`` in its own process group, its output streamed to check.log and ``tee``;
+    ``(exit code or None if killed at timeout, output)``."""
     self.say("$ " + " ".join(cmd))
     sink = open(os.path.join(self.out, tee), "a") if tee else None
     proc = subprocess.Popen(cmd, cwd=cwd, env=env or self.env(), stdout=subprocess.PIPE,
@@ -183,16 +194,38 @@ class Check:
 # Stages: each returns (status, figures); status is "ok", "failed" or "timed out".
 
 
+def probe_flags(ck: Check, names: list[str], timeout: float) -> dict[str, bool]:
+  """Which of bench/gpu.py's flag sets this XLA accepts (an unknown flag aborts jax at start-up),
+  each asked in its own process, all at once."""
+  probe = "import jax; jax.devices(); print('flags accepted')"
+  procs = {name: subprocess.Popen([sys.executable, "-c", probe], cwd=REPO, text=True,
+                                  env=ck.env({"XLA_FLAGS": gpu.FLAG_SETS[name]}),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  start_new_session=True) for name in names}
+  deadline, out = time.perf_counter() + timeout, {}
+  for name, proc in procs.items():
+    try:
+      text, _ = proc.communicate(timeout=max(deadline - time.perf_counter(), 1))
+      out[name] = proc.returncode == 0 and "flags accepted" in text
+    except subprocess.TimeoutExpired:
+      os.killpg(proc.pid, signal.SIGKILL)
+      proc.communicate()
+      out[name], text = False, "timed out"
+    if not out[name]:
+      ck.say(f"XLA rejects the flag set {name} ({gpu.FLAG_SETS[name]}): "
+             + (text.strip().splitlines() or ["no output"])[-1][:200])
+  return out
+
+
 def stage_env(ck: Check, timeout: float):
   code, text = ck.run([sys.executable, "-m", "bench.device_env"], timeout)
   found = [line[4:] for line in text.splitlines() if line.startswith("ENV ")]
   info = json.loads(found[-1]) if found else {}
-  # An XLA that does not know a flag aborts at start-up: ask before the stages use them.
-  probe = "import jax; jax.devices(); print('flags accepted')"
-  flags_code, flags_text = ck.run([sys.executable, "-c", probe], min(timeout, 60), env=ck.env(
-      {"XLA_FLAGS": gpu.FLAG_SETS["tuned"]}))
-  ck.tuned_flags = flags_code == 0 and "flags accepted" in flags_text
-  info["tuned_flags_accepted"] = ck.tuned_flags
+  sets = ["tuned"] + [gpu.ROWS[row]["flags"] for row in gpu.FLAG_ROWS]
+  accepted = probe_flags(ck, sets, min(timeout, 60))
+  ck.tuned_flags = accepted["tuned"]
+  ck.flag_rows = [row for row in gpu.FLAG_ROWS if accepted[gpu.ROWS[row]["flags"]]]
+  info["tuned_flags_accepted"], info["flag_sets_accepted"] = ck.tuned_flags, accepted
   if not ck.tuned_flags:
     ck.say(f"XLA rejects the tuned flags ({gpu.FLAG_SETS['tuned']}): the bench and the curriculum "
            "runs use the default ones")
@@ -271,40 +304,58 @@ def stage_install(ck: Check, timeout: float):
 
 
 def stage_tests(ck: Check, timeout: float):
-  code, text = ck.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
-                       *GPU_TESTS], timeout, tee="tests.txt")
+  cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *GPU_TESTS]
+  if importlib.util.find_spec("pytest_timeout"):
+    cmd.insert(-len(GPU_TESTS), f"--timeout={TEST_CAP_S}")
+  # conftest.py keeps the XLA cache it is handed only in a pytest-xdist worker (elsewhere it makes
+  # a fresh one per run): the tests say they are one, so that they share the check's cache and a
+  # rerun on the same machine skips their compilations.
+  cache = ck.env()["JAX_COMPILATION_CACHE_DIR"]
+  env = ck.env({"ANDREA_JAX_TEST_XLA_CACHE": cache, "PYTEST_XDIST_WORKER": "gw0"})
+  code, text = ck.run(cmd, timeout, tee="tests.txt", env=env)
   counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected)",
                                              text.splitlines()[-1] if text.strip() else "")}
   status = "timed out" if code is None else "ok" if code == 0 else "failed"
   return status, counts
 
 
-def _bench(ck: Check, timeout: float, rows: tuple[str, ...], name: str):
+def _bench(ck: Check, timeout: float, args: list[str], name: str, want: int | None):
+  """``python -m bench.gpu`` with ``args``; ok when it exits 0 having measured ``want`` rows
+  (None: the parts)."""
   path = os.path.join(ck.work, f"{name}.json")
-  cmd = [sys.executable, "-m", "bench.gpu", f"--rows={','.join(rows)}",
-         f"--budget={max(timeout - 15, 1):.0f}", "--timeout=180", f"--json={path}"]
+  cmd = [sys.executable, "-m", "bench.gpu", *args, f"--budget={max(timeout - 15, 1):.0f}",
+         "--timeout=240", f"--json={path}", f"--hlo={os.path.join(ck.out, 'hlo.zip')}"]
   cmd += ["--cpu", "--steps=2"] if ck.dry else ["--steps=20"]
+  cmd += [] if ck.tuned_flags else ["--flags=default"]
   code, _ = ck.run(cmd, timeout, tee="bench_gpu.txt")
   figures = json.load(open(path)) if os.path.exists(path) else {}
-  done = [row for row in figures.get("rows", []) if "tokens_per_s" in row.get("result", {})]
-  status = "timed out" if code is None else "ok" if code == 0 and len(done) == len(rows) else \
-      "failed"
+  if want is None:
+    done = "error" not in figures.get("parts", {"error": "none"})
+  else:
+    done = sum("tokens_per_s" in row.get("result", {}) for row in figures.get("rows", [])) == want
+  status = "timed out" if code is None else "ok" if code == 0 and done else "failed"
   return status, figures
 
 
 def stage_bench(ck: Check, timeout: float):
-  return _bench(ck, timeout, BENCH_ROWS if ck.tuned_flags else UNTUNED_ROWS, "bench")
+  return _bench(ck, timeout, [f"--rows={','.join(BENCH_ROWS)}"], "bench", len(BENCH_ROWS))
+
+
+def stage_parts(ck: Check, timeout: float):
+  return _bench(ck, timeout, ["--parts"], "parts", None)
 
 
 def stage_bench_more(ck: Check, timeout: float):
-  return _bench(ck, timeout, MORE_ROWS, "bench_more")
+  rows = [r for r in MORE_ROWS if not r.startswith("flag-") or r in ck.flag_rows]
+  return _bench(ck, timeout, [f"--rows={','.join(rows)}"], "bench_more", len(rows))
 
 
 def stage_curriculum(ck: Check, timeout: float):
   path = os.path.join(ck.work, "curriculum_gpu.json")
   cmd = [sys.executable, "-m", "bench.curriculum_gpu", f"--budget={max(timeout - 10, 1):.0f}",
          f"--workdir={os.path.join(ck.work, 'runs')}", f"--json={path}"]
-  cmd += ["--cpu", "--steps=20", "--log_every=5"] if ck.dry else []
+  cmd += (["--cpu", "--steps=20", "--log_every=5"] if ck.dry else
+          [f"--steps={CURRICULUM_STEPS}", f"--log_every={CURRICULUM_LOG_EVERY}"])
   cmd += [] if ck.tuned_flags else ["--flags=default"]
   code, _ = ck.run(cmd, timeout, tee="curriculum_gpu.txt")
   figures = json.load(open(path)) if os.path.exists(path) else {}
@@ -323,108 +374,38 @@ def stage_timeout(caps: dict, stages: list[str], i: int, left: float) -> float |
   return timeout if timeout >= least else None
 
 
-STAGE_FNS = {"env": stage_env, "install": stage_install, "tests": stage_tests,
-             "bench": stage_bench, "curriculum": stage_curriculum, "bench_more": stage_bench_more}
-
-
-# ------------------------------------------------------------------------------------------------
-# Verdicts and the summary.
-
-
-def summary(results: dict) -> dict:
-  """The targets' verdicts from the stages' figures: ``{name: {"value", "target", "pass"}}``."""
-  stages = results["stages"]
-  bench = stages.get("bench", {}).get("figures", {})
-  out = dict(bench.get("verdicts", {}))
-  out.pop("best", None)
-  out.pop("torch_mode", None)
-  cur = stages.get("curriculum", {}).get("figures", {})
-  if cur.get("overhead"):
-    out["curriculum_overhead"] = cur["overhead"]
-  # The host pipeline: the static run's step (real batches from the sampler) over the bench's
-  # packed cuDNN row (the same model and mask, synthetic batches already on the device).
-  rows = bench.get("rows", []) + stages.get("bench_more", {}).get("figures", {}).get("rows", [])
-  packed = next((row["result"] for row in rows if row["name"] == "cudnn-packed"), {})
-  static = cur.get("runs", {}).get("static", {})
-  if packed.get("step_s") and static.get("median_step_s"):
-    out["host_pipeline_overhead"] = {"value": static["median_step_s"] / packed["step_s"] - 1,
-                                     "target": None, "pass": None}
-  tests = stages.get("tests", {})
-  out["gpu_tests"] = {"value": tests.get("figures"), "target": "all pass",
-                      "pass": None if "status" not in tests else tests["status"] == "ok"}
-  return out
-
-
-def _summary_lines(results: dict) -> list[str]:
-  word = lambda p: {True: "PASS", False: "FAIL", None: "n/a "}[p]
-  lines = ["", "stage        status      seconds"]
-  for name, s in results["stages"].items():
-    lines.append(f"{name:12s} {s['status']:11s} {s['seconds']:7.0f}")
-  v = results["verdicts"]
-  fmt = {"tokens_per_s": lambda x: f"{x:,.0f} tokens/s", "mfu": lambda x: f"{x:.1%} MFU",
-         "vs_torch": lambda x: f"{x:.2f}x PyTorch",
-         "curriculum_overhead": lambda x: f"{x:+.2%} curriculum overhead",
-         "host_pipeline_overhead":
-             lambda x: f"{x:+.2%} host pipeline (static run / packed row - 1)"}
-  target = {"tokens_per_s": f">= {gpu.TARGET_TOKENS:,.0f} (aim {gpu.AIM_TOKENS:,.0f})",
-            "mfu": f">= {gpu.TARGET_MFU:.0%} (aim {gpu.AIM_MFU:.0%})",
-            "vs_torch": f">= {gpu.TARGET_RATIO}x",
-            "curriculum_overhead": f"< {curriculum_gpu.TARGET_OVERHEAD:.0%} of a step",
-            "host_pipeline_overhead": "(no target)"}
-  lines.append("")
-  if results["dry"]:
-    lines.append("(dry run on the CPU: the verdicts check the plumbing, not a speed)")
-  for key, show in fmt.items():
-    if key in v:
-      value = v[key]["value"]
-      lines.append(f"{word(v[key]['pass']) if v[key]['target'] else 'info'} "
-                   f"{show(value) if value is not None else key + ' n/a'}  -- target {target[key]}")
-  t = v.get("gpu_tests", {})
-  lines.append(f"{word(t.get('pass'))} GPU tests {t.get('value') or 'n/a'}")
-  redo = rerun(results)
-  if redo:
-    lines.append(f"\nnot finished; to run it (on the same machine, while it is warm: the XLA cache "
-                 f"is kept in /tmp):\n  {redo}")
-  return lines
-
-
-def rerun(results: dict) -> str | None:
-  """The command that runs again the stages that did not finish (skipped, failed, timed out)."""
-  redo = [name for name, s in results["stages"].items()
-          if s["status"] != "ok" and name not in ("env", "install")]
-  if not redo:
-    return None
-  caps = DRY_CAPS if results["dry"] else CAPS
-  budget = min(GPU_BUDGET, 20 + sum(caps[name][0] for name in ("install", *redo)))
-  return (f"bash bench/device_check.sh --only={','.join(redo)}"
-          + (" --dry" if results["dry"] else f" --budget={budget}"))
+STAGE_FNS = {"env": stage_env, "install": stage_install, "bench": stage_bench,
+             "parts": stage_parts, "curriculum": stage_curriculum, "tests": stage_tests,
+             "bench_more": stage_bench_more}
 
 
 def main(argv: list[str] | None = None):
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--dry", action="store_true", help="CPU, tiny shapes, the same stages and files")
   ap.add_argument("--only", default="", help=f"comma-separated stages of {', '.join(STAGES)}")
-  ap.add_argument("--budget", type=float, default=-1,
-                  help=f"seconds for the whole check (default {GPU_BUDGET}; dry run: no limit)")
+  ap.add_argument("--budget", type=float, default=-1, help="seconds for the whole check (default "
+                  f"{summary_lib.GPU_BUDGET}; dry run: no limit)")
   ap.add_argument("--out", default="", help="output folder (default $OUT, else "
                   "bench/out/device_check)")
   ap.add_argument("--wheels", default=os.path.join(REPO, ".whl"), help="the carried wheels")
+  ap.add_argument("--verbose", action="store_true", help="stream every stage's output here too")
   args = ap.parse_args(argv)
   stages = [s for s in args.only.split(",") if s] if args.only else list(STAGES)
   unknown = [s for s in stages if s not in STAGES]
   if unknown:
     raise SystemExit(f"bench/device_check.py: unknown stage(s) {', '.join(unknown)}; the stages "
                      f"are {', '.join(STAGES)}")
-  if "install" not in stages and set(stages) - {"env"}:
-    # The later stages import ml_collections and tensorboardX from the installed wheels.
-    stages.insert(1 if stages[0] == "env" else 0, "install")
+  # The later stages import ml_collections and tensorboardX from the installed wheels, and take the
+  # flag sets XLA accepts from env: both come first whatever --only says.
+  stages = [s for s in ("env", "install") if s in stages or set(stages) - {"env", "install"}] + [
+      s for s in stages if s not in ("env", "install")]
   out = args.out or os.environ.get("OUT") or os.path.join(REPO, "bench", "out", "device_check")
   os.makedirs(out, exist_ok=True)
   for name in OUTPUTS:   # each call writes its own (the stages' tables are appended as they run)
     if os.path.exists(os.path.join(out, name)):
       os.remove(os.path.join(out, name))
-  budget = args.budget if args.budget >= 0 else (0 if args.dry else GPU_BUDGET)
-  ck = Check(out, args.dry, budget, args.wheels)
+  budget = args.budget if args.budget >= 0 else (0 if args.dry else summary_lib.GPU_BUDGET)
+  ck = Check(out, args.dry, budget, args.wheels, args.verbose)
   ck.say(f"bench/device_check.py: stages {', '.join(stages)}; "
          + ("dry run on the CPU" if args.dry else "one NVIDIA GPU")
          + (f"; {budget:.0f} s budget" if budget else "") + f"; output in {out}")
@@ -442,18 +423,19 @@ def main(argv: list[str] | None = None):
         except Exception as e:  # pylint: disable=broad-except -- the next stages still run
           status, figures = "failed", {"error": f"{type(e).__name__}: {e}"}
           ck.say(f"[{name} raised {type(e).__name__}: {e}]")
+        ck.say(f"== {name}: {status} ({time.perf_counter() - t0:.0f} s) ==")
       ck.results["stages"][name] = {"status": status, "seconds": time.perf_counter() - t0,
                                     "figures": figures}
-      ck.say(f"== {name}: {status} ({time.perf_counter() - t0:.0f} s) ==")
       if name == "env":
         ck.results["env"] = figures
   finally:
-    ck.results["verdicts"] = summary(ck.results)
+    ck.results["verdicts"] = summary_lib.summary(ck.results)
     ck.results["seconds"] = time.perf_counter() - ck.started
     with open(os.path.join(out, "results.json"), "w") as f:
       json.dump(ck.results, f, indent=1, default=str)
-    for line in _summary_lines(ck.results):
-      ck.say(line)
+    ck.say("")
+    for line in summary_lib.lines(ck.results):
+      ck.say(line, console=True)
     ck.close()
 
 

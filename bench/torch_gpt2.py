@@ -1,14 +1,21 @@
-"""The PyTorch yardstick for bench/gpu.py: GPT-2-small as a careful PyTorch user writes it.
+"""The PyTorch yardstick for bench/gpu.py: GPT-2-small as a PyTorch expert writes it.
 
 Same architecture as ``andrea_jax.model`` (pre-LayerNorm blocks, fused QKV, tanh-GELU MLP,
 learned positions, tied output embedding, vocabulary padded to a multiple of 128, GPT-2
 initialisation) and the same training step (cross-entropy over the real vocabulary, global-norm
-clipping at 1.0, AdamW betas (0.9, 0.95), weight decay 0.1 on matrices), with the usual PyTorch
-speed-ups: ``torch.compile``, ``F.scaled_dot_product_attention(is_causal=True)`` (flash attention on
-the GPU), bf16 autocast, fused AdamW, TF32 matmuls. Synthetic tokens; plain causal attention.
+clipping at 1.0, AdamW betas (0.9, 0.95), weight decay 0.1 on matrices), with the PyTorch
+speed-ups: bf16 autocast, ``F.scaled_dot_product_attention(is_causal=True)`` on the flash kernel
+(the other SDPA backends turned off on the GPU), fused AdamW, a foreach global-norm clip, TF32 for
+what stays float32. Synthetic tokens; plain causal attention. Two variants (``--variant``):
+
+* ``compiled-loss`` (the yardstick): the forward pass *and the loss* (the logits' float32 cast, the
+  cross-entropy) in one ``torch.compile``d function, so inductor fuses the output projection's
+  epilogue with the loss and AOTAutograd compiles their backward together;
+* ``eager-loss`` (the earlier yardstick, kept so the change is visible): the model compiled, the
+  loss computed eagerly on its bf16 logits (a float32 copy of ``[B, T, V]`` and its cotangent).
 
 Usage (from the repository root):
-  python -m bench.torch_gpt2 [--quick] [--cpu] [--json] [--steps N]
+  python -m bench.torch_gpt2 [--quick] [--cpu] [--json] [--steps N] [--variant eager-loss]
 
 ``--cpu`` uses a tiny model on the CPU (to check the script); ``--json`` prints one JSON line
 instead of the table (bench/gpu.py reads it).
@@ -83,8 +90,23 @@ def tiny() -> dict:
   return dict(vocab=257, max_len=64, layers=2, heads=2, d=64, d_mlp=256)
 
 
+VARIANTS = ("compiled-loss", "eager-loss")
+
+
+def _flash_only() -> str:
+  """Leaves only the flash SDPA backend on (the GPU); the name of what runs."""
+  try:
+    torch.backends.cuda.enable_flash_sdp(True)
+    for off in ("enable_mem_efficient_sdp", "enable_math_sdp", "enable_cudnn_sdp"):
+      if hasattr(torch.backends.cuda, off):
+        getattr(torch.backends.cuda, off)(False)
+    return "flash SDPA"
+  except (AttributeError, RuntimeError) as e:
+    return f"default SDPA ({type(e).__name__} turning flash on)"
+
+
 def measure(shape: dict, batch: int, seq_len: int, steps: int, device: str,
-            compile_model: bool = True) -> dict:
+            compile_model: bool = True, variant: str = "compiled-loss") -> dict:
   """Time ``steps`` training steps after two warm-up steps; tokens/s, peak memory, compile time."""
   torch.manual_seed(0)
   model = GPT2(**shape).to(device)
@@ -93,26 +115,38 @@ def measure(shape: dict, batch: int, seq_len: int, steps: int, device: str,
   opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                            {"params": no_decay, "weight_decay": 0.0}],
                           lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=device == "cuda")
-  compiled = model
-  note = "torch.compile"
+  sdpa = _flash_only() if device == "cuda" else "SDPA"
+  vocab = shape["vocab"]
+
+  def loss_of(m, inputs, targets):
+    with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
+      logits = m(inputs)
+    return F.cross_entropy(logits.float().reshape(-1, vocab), targets.reshape(-1))
+
+  if variant == "compiled-loss":
+    eager = lambda inputs, targets: loss_of(model, inputs, targets)
+    what = "torch.compile (model and loss)"
+  else:
+    eager = None
+    what = "torch.compile (model), loss eager"
+  compiled, note = None, what if compile_model else "eager"
   if compile_model:
     try:
-      compiled = torch.compile(model)
+      compiled = torch.compile(eager) if eager else torch.compile(model)
     except Exception as e:  # pylint: disable=broad-except -- the table says it ran eager
-      compiled, note = model, f"eager (compile failed: {type(e).__name__})"
-  else:
-    note = "eager"
-  autocast = torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda")
+      note = f"eager (compile failed: {type(e).__name__})"
   gen = torch.Generator(device="cpu").manual_seed(1)
-  tokens = torch.randint(0, shape["vocab"], (batch, seq_len + 1), generator=gen).to(device)
+  tokens = torch.randint(0, vocab, (batch, seq_len + 1), generator=gen).to(device)
   inputs, targets = tokens[:, :-1], tokens[:, 1:]
 
-  def step(m):
-    with autocast:
-      logits = m(inputs)
-    loss = F.cross_entropy(logits.float().reshape(-1, shape["vocab"]), targets.reshape(-1))
+  def step(c):
+    # (``is None``: a compiled module has no truth value)
+    if variant == "compiled-loss":
+      loss = (eager if c is None else c)(inputs, targets)
+    else:
+      loss = loss_of(model if c is None else c, inputs, targets)
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=device == "cuda")
     opt.step()
     opt.zero_grad(set_to_none=True)
     return loss
@@ -122,9 +156,9 @@ def measure(shape: dict, batch: int, seq_len: int, steps: int, device: str,
   try:
     step(compiled)
   except Exception as e:  # pylint: disable=broad-except -- inductor needs a working C++ toolchain
-    if compiled is model:
+    if compiled is None:
       raise
-    compiled, note = model, f"eager (compile failed: {type(e).__name__})"
+    compiled, note = None, f"eager (compile failed: {type(e).__name__})"
     step(compiled)
   step(compiled)
   sync()
@@ -139,7 +173,9 @@ def measure(shape: dict, batch: int, seq_len: int, steps: int, device: str,
   return {"tokens_per_s": batch * seq_len * steps / elapsed, "step_s": elapsed / steps,
           "compile_s": compile_s, "loss": float(loss.detach()),
           "peak_bytes": torch.cuda.max_memory_allocated() if device == "cuda" else None,
-          "mode": note, "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+          "mode": f"{note}, {sdpa}, bf16 autocast, fused AdamW" if device == "cuda" else note,
+          "variant": variant,
+          "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
           "torch": torch.__version__}
 
 
@@ -152,6 +188,9 @@ def main():
   ap.add_argument("--seq_len", type=int, default=None)
   ap.add_argument("--steps", type=int, default=0, help="timed steps (after 2 warm-up steps)")
   ap.add_argument("--no_compile", action="store_true", help="skip torch.compile")
+  ap.add_argument("--variant", default="compiled-loss", choices=VARIANTS,
+                  help="compiled-loss: the loss inside torch.compile (the yardstick); eager-loss: "
+                       "the earlier yardstick, the loss outside")
   args = ap.parse_args()
   if args.cpu or not torch.cuda.is_available():
     if not args.cpu:
@@ -166,7 +205,8 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
   steps = args.steps or (3 if args.quick and device == "cpu" else (10 if args.quick else 25))
-  r = measure(shape, batch, seq_len, steps, device, compile_model=not args.no_compile)
+  r = measure(shape, batch, seq_len, steps, device, compile_model=not args.no_compile,
+              variant=args.variant)
   r.update(batch=batch, seq_len=seq_len, steps=steps)
   if args.json:
     print(json.dumps(r))

@@ -1,5 +1,6 @@
 """What only a GPU can check: the cuDNN attention inside the model and the training step, in bf16,
-against float32 XLA. Every test here skips without an NVIDIA GPU; bench/device_check.py runs them
+against float32 XLA; the fused output projection and loss's bf16 matmuls, as cuBLAS runs them,
+against float64. Every test here skips without an NVIDIA GPU; bench/device_check.py runs them
 (with tests/test_attention.py's cuDNN tests and tests/test_model.py's bf16 tests) on one.
 """
 
@@ -118,3 +119,35 @@ def test_peak_flops_known_for_this_gpu():
   if not any(name in kind for name in ("H100", "H200", "A100")):
     pytest.skip(f"{kind!r} is not the GPU the targets are set for")
   assert runconfig.peak_flops(jax.devices()[0]) is not None
+
+
+def test_fused_loss_in_bf16_on_the_gpu_matches_float64():
+  # ANDREA-120M's vocabulary and width, 256 tokens: the fused loss's bf16 matmuls as cuBLAS runs
+  # them (float32 accumulation), against float64 numpy. The bound on the loss is worked out in
+  # float64 as in tests/test_xent.py: twice the largest change of a logit that rounding the operands
+  # and the logits to bf16 makes, plus one bf16 rounding of the largest logit for the accumulation
+  # order (cuBLAS's float32 sums may round the other way at a bf16 boundary).
+  import ml_dtypes
+  from andrea_jax import xent
+  V, VP, D, N = 50_257, 50_304, 768, 256
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(1, N, D)).astype(np.float32)
+  e = (0.05 * rng.normal(size=(VP, D))).astype(np.float32)
+  y = rng.integers(0, V, size=(1, N))
+  w = np.ones((1, N), np.float32)
+  f = jax.jit(jax.value_and_grad(lambda x, e: xent.cross_entropy(
+      x, e, y, w, vocab_size=V, dtype=jnp.bfloat16).sum(), argnums=(0, 1)))
+  loss, (dx, de) = f(x, e)
+  z = np.einsum("nd,vd->nv", np.float64(x[0]), np.float64(e))[:, :V]
+  lse = np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1)) + z.max(-1)
+  ref = (lse - z[np.arange(N), y[0]]).sum()
+  bf = lambda a: np.asarray(a.astype(ml_dtypes.bfloat16), np.float64)
+  z_bf = bf(np.einsum("nd,vd->nv", bf(x[0]), bf(e))[:, :V])
+  bound = 2 * (np.abs(z_bf - z).max() + 2**-8 * np.abs(z).max())
+  assert abs(float(loss) - ref) <= N * bound
+  assert abs(float(loss) - ref) / ref < 1e-3      # the mean loss itself: well under 0.1%
+  p = np.exp(z - lse[:, None])
+  p[np.arange(N), y[0]] -= 1.0
+  ref_dx, ref_de = p @ np.float64(e[:V]), p.T @ np.float64(x[0])
+  assert _rel(dx[0], ref_dx) < 3e-2 and _rel(de[:V], ref_de) < 3e-2
+  assert not np.any(np.asarray(de[V:]))            # the padded rows: no gradient

@@ -1,10 +1,14 @@
-"""The real training step lowered (not run) for CUDA at ANDREA-120M's shapes, on any machine.
+"""The real training step lowered (not run) for CUDA and for TPU at ANDREA-120M's shapes, on any
+machine.
 
 ``jit_step(run.step_config, state_shardings, batch_sharding)`` of experiments/andrea120m.py (bf16
 compute, B=64, T=1024, one device's mesh) is traced on abstract values (``jax.eval_shape``: nothing
 124M-sized is allocated) and lowered for the ``cuda`` platform, with the XLA and the cuDNN
-attention, with and without the document mask and remat. A shape, dtype or sharding error of the
-GPU program shows here, before a GPU is lent.
+attention, with and without the document mask and remat, and for the ``tpu`` platform with the XLA
+attention. A shape, dtype, sharding or lowering error of the GPU or TPU program shows here, before
+a GPU or a TPU slice is lent. The dtypes of the matmuls are asserted on the lowered program: every
+matmul of the blocks and every matmul over the vocabulary (the fused output projection and loss,
+forward and both backward products) takes bf16 operands.
 
 JAX lowers the cuDNN attention only after asking the CUDA plugin for the cuDNN version (at trace
 time, ``jax._src.cudnn.fused_attention_stablehlo.check_cudnn_version``). Without a CUDA plugin the
@@ -29,8 +33,8 @@ ON_GPU = jax.default_backend() == "gpu"
 STUB_CUDNN_VERSION = 91000   # cuDNN 9.10: passes every version check JAX makes in this lowering
 
 
-def _lower_step(attention: str, document_mask: bool, remat: bool) -> str:
-  """StableHLO text of the ANDREA-120M step (one device, B=64, T=1024) lowered for CUDA."""
+def _lower_step(attention: str, document_mask: bool, remat: bool, platform: str = "cuda") -> str:
+  """StableHLO text of the ANDREA-120M step (one device, B=64, T=1024) lowered for ``platform``."""
   from experiments import andrea120m
   c = andrea120m.get_config("v2:synthetic")
   c.data.global_batch_size, c.optim.grad_accum_steps = B, 1    # one GPU's rows, no accumulation
@@ -46,7 +50,8 @@ def _lower_step(attention: str, document_mask: bool, remat: bool) -> str:
            "source_ids": jax.ShapeDtypeStruct((B,), jnp.int32, sharding=batch_sh)}
   traced = step_lib.jit_step(run.step_config, state_sh, batch_sh).trace(state, batch)
   # On a GPU the default platform is CUDA already.
-  lowered = traced.lower() if ON_GPU else traced.lower(lowering_platforms=("cuda",))
+  native = platform == "cuda" and ON_GPU
+  lowered = traced.lower() if native else traced.lower(lowering_platforms=(platform,))
   return lowered.as_text()
 
 
@@ -71,24 +76,35 @@ def cudnn_version_query(monkeypatch):
 
 
 def _check_dense_layers_bf16(text: str, remat: bool) -> None:
-  # The four dense layers of each block, (D -> 3D), (D -> D), (D -> F), (F -> D), take bf16
-  # operands in all three of their matmuls: forward, input gradient (dy W^T) and weight gradient
-  # (x^T dy, contracted over the batch and time).
-  weights = {f"{D}x{3 * D}xbf16", f"{D}x{D}xbf16", f"{D}x{F}xbf16", f"{F}x{D}xbf16"}
+  # The four dense layers of each block, q/k/v (D -> 3 x [H, Dh]: three matmuls over c_attn's
+  # column blocks), (D -> D), (D -> F), (F -> D), take bf16 operands in all three of their
+  # matmuls: forward, input gradient (dy W^T) and weight gradient (x^T dy, contracted over the
+  # batch and time).
+  weights = {f"{D}x{H}x{DH}xbf16", f"{D}x{D}xbf16", f"{D}x{F}xbf16", f"{F}x{D}xbf16"}
   dots = _dot_types(text)
   activations = [d for d in dots if d[1] in weights and d[0].startswith(f"{B}x{T}x")]
-  # Under remat the backward pass recomputes each block's forward, except the MLP's output
-  # projection, whose value no gradient needs (it only feeds the residual sum).
-  per_layer = 4 + (3 if remat else 0) + 4
+  # Forward 3 + 1 + 1 + 1, input gradients as many. Under remat the backward pass recomputes each
+  # block's forward, except the MLP's output projection, whose value no gradient needs (it only
+  # feeds the residual sum).
+  per_layer = 6 + (5 if remat else 0) + 6
   assert len(activations) == L * per_layer, collections.Counter(activations)
   assert all(lhs.endswith("bf16") and res.endswith("bf16") for lhs, _, res in activations)
   grads = [d for d in dots if d[0].startswith(f"{B}x{T}x") and d[1].startswith(f"{B}x{T}x")
-           and d[2].count("x") == 2 and not d[2].startswith(str(VP))]
-  assert len(grads) == 4 * L, collections.Counter(grads)
+           and not d[2].startswith(f"{B}x")]
+  assert len(grads) == 6 * L, collections.Counter(grads)
   assert all(lhs.endswith("bf16") and rhs.endswith("bf16") for lhs, rhs, _ in grads)
-  # The tied output projection: bf16 operands, float32 logits over the padded vocabulary.
-  # (Its backward takes the float32 logits' cotangent, so it is not a bf16 matmul: not asserted.)
-  assert (f"{B}x{T}x{D}xbf16", f"{VP}x{D}xbf16", f"{B}x{T}x{VP}xf32") in dots
+  _check_vocabulary_dots_bf16(dots)
+
+
+def _check_vocabulary_dots_bf16(dots) -> None:
+  # The fused output projection and loss (andrea_jax.xent): three matmuls over the padded
+  # vocabulary, each on bf16 operands accumulated in float32: the logits x E^T, the input
+  # gradient dZ E and the embedding's gradient dZ^T x (float32: never rounded to bf16).
+  N = B * T
+  vocab = [d for d in dots if any(f"{VP}x" in t for t in d)]
+  assert sorted(vocab) == sorted([(f"{N}x{D}xbf16", f"{VP}x{D}xbf16", f"{N}x{VP}xf32"),
+                                  (f"{N}x{VP}xbf16", f"{VP}x{D}xbf16", f"{N}x{D}xf32"),
+                                  (f"{N}x{VP}xbf16", f"{N}x{D}xbf16", f"{VP}x{D}xf32")]), vocab
 
 
 def _check_donated(text: str) -> None:
@@ -151,3 +167,13 @@ def test_lower_cudnn_attention_for_cuda_without_a_stub():
                 f"here answer that one query and lower the rest")
   calls = _custom_calls(text)
   assert calls["__cudnn$fmhaSoftmax"] == 1 and calls["__cudnn$fmhaSoftmaxBackward"] == 1, calls
+
+
+@pytest.mark.parametrize("document_mask", [False, True], ids=["causal", "packed"])
+def test_lower_step_for_tpu_with_xla_attention(document_mask):
+  # What a TPU compiles: plain StableHLO (no custom call: no cuDNN, no CUDA-only kernel), the fused
+  # loss's vocabulary matmuls in bf16, the state donated.
+  text = _lower_step("xla", document_mask, False, platform="tpu")
+  assert not _custom_calls(text), _custom_calls(text)
+  _check_vocabulary_dots_bf16(_dot_types(text))
+  _check_donated(text)

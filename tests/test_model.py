@@ -48,6 +48,7 @@ def _apply(cfg, p, tokens, segment_ids=None, positions=None):
     ("layer_norm_eps", -1e-5),
     ("vocab_multiple", 0),
     ("remat", "yes"),
+    ("split_qkv", 1),
 ])
 def test_invalid_config_names_field_and_value(field, value):
   with pytest.raises(ValueError) as e:
@@ -246,6 +247,38 @@ def test_gradients_with_remat_and_padded_vocab_rows():
   val, g = loss_and_grad(_small(remat=True), p)
   np.testing.assert_allclose(val, ref, rtol=1e-6)
   jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), g, g_ref)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_split_qkv_is_the_fused_projection_in_another_layout(dtype):
+  # Three [D, D] matmuls over c_attn's column blocks against one [D, 3D] matmul sliced after: the
+  # same parameters (drawn identically) and, each output being the same length-D dot product, the
+  # same logits and gradients to the rounding of the compute dtype.
+  split, fused = _small(dtype=dtype), _small(dtype=dtype, split_qkv=False)
+  assert split.split_qkv and not fused.split_qkv
+  p = _params(split)
+  for a, b in zip(jax.tree.leaves(p), jax.tree.leaves(_params(fused))):
+    np.testing.assert_array_equal(a, b)
+  assert p["h_0"]["attn"]["c_attn"]["kernel"].shape == (32, 96)
+  tokens = _tokens(2, 8, split.vocab_size)
+  seg = jnp.array([[1, 1, 1, 2, 2, 2, 2, 0], [1] * 8])
+  loss = lambda c: jax.jit(jax.value_and_grad(
+      lambda p: _apply(c, p, tokens, seg).astype(jnp.float32).std()))(p)
+  (l_s, g_s), (l_f, g_f) = loss(split), loss(fused)
+  tol = 1e-6 if dtype == "float32" else 1e-2
+  np.testing.assert_allclose(l_s, l_f, rtol=tol)
+  for a, b in zip(jax.tree.leaves(g_s), jax.tree.leaves(g_f)):
+    assert np.linalg.norm(a - b) <= tol * np.linalg.norm(b) + 1e-9
+
+
+def test_hidden_output_is_what_the_logits_project():
+  cfg = _small()
+  p = _params(cfg)
+  tokens = _tokens(2, 8, cfg.vocab_size)
+  x_BxTxD = jax.jit(lambda p, t: m.Transformer(cfg).apply({"params": p}, t, hidden=True))(p, tokens)
+  assert x_BxTxD.shape == (2, 8, 32) and x_BxTxD.dtype == jnp.float32
+  by_hand = np.einsum("btd,vd->btv", np.float64(x_BxTxD), np.float64(p["wte"]["embedding"]))
+  np.testing.assert_allclose(_apply(cfg, p, tokens), by_hand[..., :cfg.vocab_size], atol=1e-5)
 
 
 def test_bf16_compute_keeps_float32_params_and_logits():
