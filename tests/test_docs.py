@@ -4,16 +4,17 @@ show is run by a test, and none crashes.
 A command is a line of a ```bash block (backslash continuations joined, comments dropped); the
 commands of one block run in order in one scratch directory that holds the repository's
 ``experiments/`` and ``bench/`` (so ``runs/...`` and ``/tmp/...`` paths land there). A training
-command runs as printed with its length cut to :data:`STEPS` steps (``train.stop_step``) and
-without the figure and the TensorBoard files (``tests/test_demo.py`` checks those): the demo's own
-model, batch and data. The blocks of docs/ run in ``tests/test_docs_manual.py`` (the test workers
-balance by file). Where a command reads data the test makes it: the local files
-the page names, the files the page's other blocks show (``mymixers.py``, ``fit.json``), and local
-stand-ins for Hugging Face datasets with the fields of the real ones, read offline in place of the
-names. The GPU-sized ANDREA-120M commands run on 8 simulated CPU devices with the model and batch
-shrunk. Commands run elsewhere or not at all are listed in :data:`ELSEWHERE` and :data:`NOT_RUN`
-with the reason. The README's python blocks run in ``tests/test_custom_loop.py`` (the loop) and
-``tests/test_demo.py`` (sampling from the demo's checkpoint), which runs ``make demo``'s command.
+command runs as printed with its length cut to :data:`STEPS` steps (``train.stop_step``) and without
+the figure and the TensorBoard files (``tests/test_demo.py`` checks those): the demo's own model,
+batch and data. The blocks of docs/ run in ``tests/test_docs_manual.py`` and
+``tests/test_docs_pages.py`` (the test workers balance by file). Where a command reads data the test
+makes it: the local files the page names, the files the page's other blocks show (``mymixers.py``,
+``fit.json``), and local stand-ins for Hugging Face datasets with the fields of the real ones, read
+offline in place of the names. The GPU-sized ANDREA-120M commands run on 8 simulated CPU devices
+with the model and batch shrunk. Commands run elsewhere or not at all are listed in
+:data:`ELSEWHERE` and :data:`NOT_RUN` with the reason. The README's python blocks run in
+``tests/test_custom_loop.py`` (the loop) and ``tests/test_demo.py`` (sampling from the demo's
+checkpoint), which runs ``make demo``'s command.
 """
 
 import json
@@ -152,7 +153,8 @@ SHRINK_120M = ("--config.model.num_layers=2", "--config.model.d_model=64",
 STEPS_120M = 2
 
 
-FRONT = [REPO / "README.md", REPO / "notebooks" / "README.md"]   # the rest: test_docs_manual.py
+# The rest: test_docs_manual.py and test_docs_pages.py.
+FRONT = [REPO / "README.md", REPO / "notebooks" / "README.md"]
 
 
 def blocks(pages: list[pathlib.Path] = DOCS) -> list[tuple[str, list[str]]]:
