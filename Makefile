@@ -51,7 +51,7 @@ test-fast: $(VENV)/.test
 
 bench: $(VENV)/.test
 	$(PIP) install -q -e ".[bench]"
-	for b in model train data simplex curriculum terrain ablation v1_vs_v2 faults; do $(PY) -m bench.$$b || exit 1; done
+	for b in model train data simplex curriculum target_gain terrain ablation v1_vs_v2 faults; do $(PY) -m bench.$$b || exit 1; done
 
 notebooks: $(VENV)/.test
 	$(PIP) install -q -e ".[notebooks]"
