@@ -280,7 +280,8 @@ def build(config: ml_collections.ConfigDict) -> Run:
                   f"{num_steps}: they never come into force", stacklevel=2)
   target = eval_target(config.eval, sources, tuple(used))
   gain = gain_lib.from_config(config.target_gain, sources=sources, used=tuple(used),
-                              target=target, eps=config.optim.eps, devices=devices)
+                              target=target, eps=config.optim.eps, b2=config.optim.b2,
+                              devices=devices)
   if config.curriculum.mixer.get("reward") == "target_gain" and gain is None:
     raise ValueError("curriculum.mixer.reward = 'target_gain' rewards each source by its target "
                      "gain, which the run does not measure: set target_gain.every > 0 (and "

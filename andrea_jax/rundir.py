@@ -88,10 +88,11 @@ class RunDir:
 
   def close(self) -> None:
     """Closes the checkpoints (waiting for a save in flight) and the logs, each even if the other
-    failed; raises the first failure."""
+    failed; raises the first failure. A second call does nothing."""
     failure = None
     closers = (([self._checkpoints.close] if self._checkpoints else [])
                + ([self.logger.close] if self.logger else []))
+    self._checkpoints, self.logger = None, None
     for close in closers:
       try:
         close()

@@ -234,8 +234,8 @@ def apply_gradients(cfg: StepConfig, params: PyTree, opt_state: PyTree, grads: P
 
 
 def measure_gains(cfg: StepConfig, state: TrainState, probe: Batch, target: Batch) -> jax.Array:
-  """``[S]`` target gains at ``state``'s weights on the probe and target rows, every
-  ``cfg.target_gain.every`` steps (NaN at the others, computing nothing)."""
+  """``[S]`` target gains at ``state``'s weights on the probe and target rows at the measuring
+  steps (:func:`andrea_jax.target_gain.is_measured`; NaN at the others, computing nothing)."""
   tg = cfg.target_gain
   # The per-source losses go through forward mode: XLA attention (cuDNN's kernel has a custom
   # gradient, which forward mode cannot go through), the same weights and function.
@@ -251,10 +251,10 @@ def measure_gains(cfg: StepConfig, state: TrainState, probe: Batch, target: Batc
     return loss_BxT.sum() / jnp.maximum(mask_BxT.sum(), 1.0)
 
   def measure(params, opt_state):
-    p = gain_lib.preconditioner(opt_state, params, tg.eps) if tg.precondition else None
+    p = gain_lib.preconditioner(opt_state, params, tg.eps, tg.b2) if tg.precondition else None
     return gain_lib.gains(source_losses, target_loss, params, p)
 
-  return jax.lax.cond(state.step % tg.every == 0, measure,
+  return jax.lax.cond(gain_lib.is_measured(state.step, tg.every), measure,
                       lambda *_: jnp.full((cfg.num_sources,), jnp.nan, jnp.float32),
                       state.params, state.opt_state)
 

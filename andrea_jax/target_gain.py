@@ -17,10 +17,13 @@ the target loss, to first order, by
 target loss). It is DoGE's gradient alignment (Fan et al., 2023, "DoGE: Domain Reweighting with
 Generalization Estimation") with Adam's preconditioner, the first-order effect of the step the run
 actually takes. ``precondition = False`` takes the plain gradient (an SGD step). Adam's ``nu`` is
-used without its bias correction, a factor common to every coordinate, which the bandit's scale
-(the median of the gains) removes.
+bias-corrected (``nu / (1 - b2^t)`` after ``t`` updates), as the update uses it, so that gains
+measured early and late in a run are on one scale; before the first update there are no second
+moments and nothing is measured (NaN).
 
-**The measurement.** Every ``every`` steps the step computes, at the weights it starts from:
+**The measurement.** At the steps ``t`` with ``(t + 1) % every == 0`` (:func:`is_measured`: the
+first after ``every - 1`` updates, and with ``every`` dividing ``train.log_every`` each log record
+carries the gains), the step computes, at the weights it starts from:
 ``g_T``, the gradient of the mean loss on ``target_rows`` rows drawn from the target mixture; then
 all the ``a_s`` at once, the derivative of the vector of per-source mean losses on
 ``rows_per_source`` rows of each source along ``P g_T`` (forward mode: no per-source gradient is
@@ -84,6 +87,7 @@ class TargetGain:
     target_rows: rows of the target mixture.
     precondition: along ``P g_T`` (Adam's preconditioner) rather than ``g_T``.
     eps: Adam's epsilon (``optim.eps``), in ``P``.
+    b2: Adam's second-moment decay (``optim.b2``), for ``nu``'s bias correction.
     measured: ``[S]`` bool as a tuple, the sources measured (those the run samples).
   """
   every: int
@@ -91,6 +95,7 @@ class TargetGain:
   target_rows: int
   precondition: bool
   eps: float
+  b2: float
   measured: tuple[bool, ...]
 
   @property
@@ -100,11 +105,11 @@ class TargetGain:
 
 def from_config(cfg: ml_collections.ConfigDict, *, sources: tuple[str, ...],
                 used: tuple[str, ...], target: tuple[float, ...] | None, eps: float,
-                devices: int) -> TargetGain | None:
+                b2: float, devices: int) -> TargetGain | None:
   """The ``target_gain`` section validated (``None`` when ``every`` is 0); errors name the field.
 
   ``target`` is ``eval.target`` normalised (``None``: no target, refused when measuring);
-  ``devices`` the devices the rows are split over (both row counts must be multiples of it).
+  ``eps`` and ``b2`` Adam's (``optim``); ``devices`` the devices the rows are split over (both row counts must be multiples of it).
   """
   for name in ("every", "rows_per_source", "target_rows"):
     v = cfg[name]
@@ -121,7 +126,7 @@ def from_config(cfg: ml_collections.ConfigDict, *, sources: tuple[str, ...],
   measured = tuple(s in used for s in sources)
   spec = TargetGain(every=cfg.every, rows_per_source=cfg.rows_per_source,
                     target_rows=cfg.target_rows, precondition=cfg.precondition, eps=float(eps),
-                    measured=measured)
+                    b2=float(b2), measured=measured)
   for name, rows in (("target_rows", spec.target_rows),
                      ("rows_per_source x sources", spec.probe_rows)):
     if rows % devices:
@@ -130,15 +135,26 @@ def from_config(cfg: ml_collections.ConfigDict, *, sources: tuple[str, ...],
   return spec
 
 
-def preconditioner(opt_state: PyTree, params: PyTree, eps: float) -> PyTree:
-  """``1 / (sqrt(nu) + eps)`` from the Adam second moments in ``opt_state`` (``params``' tree);
-  ones when the optimizer holds none."""
-  found = [s.nu for s in jax.tree.leaves(
+def is_measured(step, every: int):
+  """Whether step ``step`` (an int or a traced int) measures the gains: ``(step + 1) % every == 0``.
+
+  Example: ``[t for t in range(12) if is_measured(t, 4)] == [3, 7, 11]``.
+  """
+  return (step + 1) % every == 0
+
+
+def preconditioner(opt_state: PyTree, params: PyTree, eps: float, b2: float) -> PyTree:
+  """``1 / (sqrt(nu / (1 - b2^t)) + eps)`` from the Adam second moments ``nu`` after ``t`` updates
+  in ``opt_state`` (``params``' tree): the bias-corrected denominator of Adam's update. NaN before
+  the first update (``t = 0``: no second moments yet); ones when the optimizer holds none."""
+  found = [s for s in jax.tree.leaves(
       opt_state, is_leaf=lambda x: isinstance(x, optax.ScaleByAdamState))
            if isinstance(s, optax.ScaleByAdamState)]
   if not found:
     return jax.tree.map(jnp.ones_like, params)
-  return jax.tree.map(lambda nu: 1.0 / (jnp.sqrt(nu) + eps), found[0])
+  t = found[0].count.astype(jnp.float32)
+  correction = jnp.where(t > 0, 1.0 - jnp.float32(b2) ** t, jnp.nan)
+  return jax.tree.map(lambda nu: 1.0 / (jnp.sqrt(nu / correction) + eps), found[0].nu)
 
 
 def gains(source_losses: Callable[[PyTree], tuple[jax.Array, jax.Array]],
@@ -158,7 +174,8 @@ def gains(source_losses: Callable[[PyTree], tuple[jax.Array, jax.Array]],
     precondition: ``P`` (a tree like ``params``), or ``None`` for the identity.
 
   Example (quadratics worked by hand in tests/test_target_gain.py):
-    >>> a_S = gains(source_losses, target_loss, params, preconditioner(opt_state, params, 1e-8))
+    >>> P = preconditioner(opt_state, params, eps=1e-8, b2=0.95)
+    >>> a_S = gains(source_losses, target_loss, params, P)
   """
   g_T = jax.grad(target_loss)(params)
   d = g_T if precondition is None else jax.tree.map(jnp.multiply, precondition, g_T)
@@ -175,8 +192,8 @@ def split(batch: Batch) -> tuple[Batch, Batch | None, Batch | None]:
 
 
 class ProbeBatches:
-  """Host side: the probe and target rows of step ``t`` (at a measurement step; zero rows, which
-  count nothing, at the others), for this process's slice. A pure function of ``(seed, t)``.
+  """Host side: the probe and target rows of step ``t`` (at a measurement step, :func:`is_measured`;
+  zero rows, which count nothing, at the others), for this process's slice. A pure function of ``(seed, t)``.
 
   ``make(data, seq_len, seed, process_index, process_count)`` builds a
   :class:`andrea_jax.data.MixtureSampler`; the two samplers draw from streams of their own.
@@ -197,7 +214,7 @@ class ProbeBatches:
 
   def rows(self, step: int) -> dict[str, np.ndarray]:
     """``probe/...`` and ``target/...`` arrays of step ``step``, this process's rows."""
-    if step % self.spec.every:
+    if not is_measured(step, self.spec.every):
       if self._zeros is None:
         self._zeros = {k: np.zeros_like(v) for k, v in self._rows(0).items()}
       return self._zeros

@@ -80,7 +80,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict | runconfig.Run, workdi
                                 rd.checkpoints.directory)
       rd.begin(start, run.config_json, tensorboard=run.train.tensorboard)
       summary = train_loop(run, rd, opened, start, end, signals)
-  return _finish(run, workdir, summary, end)
+      rd.close()   # the logs whole before the plot reads them, the workdir still held
+      return _finish(run, workdir, summary, end)
 
 
 class Hook(NamedTuple):

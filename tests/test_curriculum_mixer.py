@@ -119,6 +119,25 @@ def test_a_bad_mixer_name_is_refused_naming_the_field(name, message):
     curriculum.mixer_config(name, SOURCES)
 
 
+class _FieldError(ValueError):
+  """An error whose constructor takes two arguments, as some libraries' do."""
+
+  def __init__(self, field, why):
+    super().__init__(f"{field} {why}")
+
+
+def fussy(eta: float = 0.3):
+  raise _FieldError("eta", f"must be under 0.1 for this mixer, got {eta}")
+
+
+def test_a_factory_s_own_error_keeps_its_message_and_names_the_field():
+  c = _section()
+  c.mixer = ml_collections.ConfigDict({"name": "tests.test_curriculum_mixer:fussy", "eta": 0.3})
+  with pytest.raises(ValueError, match=r"^curriculum.mixer.eta must be under 0.1 for this mixer, "
+                                       r"got 0.3$"):
+    curriculum.spec_from_config(c, sources=SOURCES)
+
+
 def test_a_factory_that_is_not_one_is_refused():
   c = _section()
   c.mixer = ml_collections.ConfigDict({"name": "tests.test_curriculum_mixer:not_a_mixer",

@@ -8,7 +8,6 @@ import re
 import pytest
 
 from andrea_jax import checkpoint as ckpt_lib
-from andrea_jax import data as data_lib
 from andrea_jax.data.corpora import synthetic
 from andrea_jax import plots, train
 from andrea_jax.config import load_config_file, with_sources

@@ -63,18 +63,41 @@ def test_gains_are_the_preconditioned_gradient_alignment(precondition):
   assert np.isnan(got[1]) and np.isnan(got[3])
 
 
-def test_the_preconditioner_is_adams():
-  """``1 / (sqrt(nu) + eps)`` with ``nu = (1 - b2) sum_k b2^(t-1-k) g_k^2`` after two updates."""
+def test_the_preconditioner_is_adams_bias_corrected_denominator():
+  """``1 / (sqrt(nu / (1 - b2^2)) + eps)`` with ``nu = (1 - b2) (b2 g_0^2 + g_1^2)`` after two
+  updates; NaN before the first (no second moments yet)."""
   params = {"w": jnp.zeros(3)}
   tx = optax.chain(optax.clip_by_global_norm(1e9), optax.adamw(1e-3, b2=0.9, eps=1e-3))
   state = tx.init(params)
+  assert np.isnan(target_gain.preconditioner(state, params, 1e-3, 0.9)["w"]).all()
   grads = [np.array([1.0, -2.0, 0.5]), np.array([0.0, 1.0, 3.0])]
   for g in grads:
     _, state = tx.update({"w": jnp.asarray(g, jnp.float32)}, state, params)
-  nu = 0.1 * (0.9 * grads[0] ** 2 + grads[1] ** 2)
-  np.testing.assert_allclose(target_gain.preconditioner(state, params, 1e-3)["w"],
-                             1 / (np.sqrt(nu) + 1e-3), rtol=1e-6)
-  np.testing.assert_array_equal(target_gain.preconditioner((), params, 1e-3)["w"], 1.0)
+  nu_hat = 0.1 * (0.9 * grads[0] ** 2 + grads[1] ** 2) / (1 - 0.81)
+  np.testing.assert_allclose(target_gain.preconditioner(state, params, 1e-3, 0.9)["w"],
+                             1 / (np.sqrt(nu_hat) + 1e-3), rtol=1e-6)
+  np.testing.assert_array_equal(target_gain.preconditioner((), params, 1e-3, 0.9)["w"], 1.0)
+
+
+def test_gains_are_measured_after_every_minus_one_updates_and_reach_the_log_steps():
+  """every = 4: steps 3, 7, 11, 15 (t + 1 a multiple of 4, so never step 0, before any update);
+  a log every 8 steps (steps 7, 15) always finds a measurement. The host sends rows exactly then."""
+  assert [t for t in range(16) if target_gain.is_measured(t, 4)] == [3, 7, 11, 15]
+  spec = target_gain.TargetGain(every=4, rows_per_source=1, target_rows=2, precondition=True,
+                                eps=1e-8, b2=0.95, measured=(True, False))
+
+  class Sampler:
+    def __init__(self, global_batch_size, seed, **_):
+      self.rows = global_batch_size
+
+    def batch(self, step, weights):
+      return {"inputs": np.full((self.rows, 3), step + 1, np.int32)}
+
+  host = target_gain.ProbeBatches(spec, np.array([1.0, 0.0]), Sampler, seed=0)
+  sent = [t for t in range(16) if host.rows(t)["probe/inputs"].any()]
+  assert sent == [3, 7, 11, 15]
+  assert all(host.rows(t)["target/inputs"].shape == (2, 3) for t in range(16))
+  assert {7, 15} <= set(sent)
 
 
 def test_close_gain_window_keeps_a_discounted_mean_gain():
@@ -143,11 +166,15 @@ def test_the_step_measures_what_the_gradients_say(data_cache):
   state = train.init_state(run, train.run_keys(0))
   gain = run.step_config.target_gain
   make = lambda **kw: data_lib.MixtureSampler(data, seq_len=c.data.seq_len, **kw)
-  rows = target_gain.ProbeBatches(gain, np.asarray(run.target), make, c.seed).rows(0)
-  batch = {k: jnp.asarray(v) for k, v in make(global_batch_size=16, seed=0).batch(
-      0, np.full(16, 1 / 16)).items()}
-  _, metrics = jax.jit(lambda s, b: step_lib.train_step(run.step_config, s, b))(
-      state, {**batch, **{k: jnp.asarray(v) for k, v in rows.items()}})
+  host = target_gain.ProbeBatches(gain, np.asarray(run.target), make, c.seed)
+  sampler = make(global_batch_size=16, seed=0)
+  step = jax.jit(lambda s, b: step_lib.train_step(run.step_config, s, b))
+  batch_at = lambda t: {k: jnp.asarray(v) for k, v in {
+      **sampler.batch(t, np.full(16, 1 / 16)), **host.rows(t)}.items()}
+  state, metrics = step(state, batch_at(0))   # every = 2: step 0 updates, measures nothing
+  assert np.isnan(np.asarray(metrics["target_gain"])).all()
+  rows = host.rows(1)
+  _, metrics = step(state, batch_at(1))       # step 1 measures at the weights after one update
   _, probe, tgt = target_gain.split({k: jnp.asarray(v) for k, v in rows.items()})
 
   def mean_grad(b):
@@ -158,7 +185,7 @@ def test_the_step_measures_what_the_gradients_say(data_cache):
                           ).astype(np.float64)
 
   p = np.concatenate([np.ravel(x) for x in jax.tree.leaves(target_gain.preconditioner(
-      state.opt_state, state.params, c.optim.eps))]).astype(np.float64)
+      state.opt_state, state.params, c.optim.eps, c.optim.b2))]).astype(np.float64)
   d = p * mean_grad(tgt)
   ids = np.asarray(probe["source_ids"])
   got = np.asarray(metrics["target_gain"])
@@ -190,7 +217,7 @@ def test_a_gain_reward_needs_the_measurement_and_a_target():
   with pytest.raises(ValueError, match=r"target_gain.target_rows = 8 rows is not a multiple of "
                                        r"the 3 devices"):
     target_gain.from_config(c.target_gain, sources=("a",), used=("a",), target=(1.0,), eps=1e-8,
-                            devices=3)
+                            b2=0.95, devices=3)
 
 
 @pytest.mark.slow
@@ -207,4 +234,4 @@ def test_a_run_rewarded_by_target_gain_resumes_bit_identically(tmp_path, data_ca
   read = lambda run: [json.loads(line) for line in (tmp_path / run / "metrics.jsonl").open()]
   assert read("parts") == read("whole")
   measured = [r["step"] for r in read("whole") if "target_gain/chat" in r]
-  assert measured == list(range(0, 20, 2))
+  assert measured == list(range(1, 20, 2))   # after 1, 3, ... updates

@@ -11,7 +11,7 @@ import pytest
 
 from andrea_jax import config as config_lib
 from andrea_jax import step as step_lib
-from andrea_jax import resume, terrain, train
+from andrea_jax import resume, terrain
 from andrea_jax.model import Transformer, init_params, tiny
 from andrea_jax.terrain import budget as budget_lib
 from andrea_jax.terrain import run as terrain_run

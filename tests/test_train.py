@@ -18,11 +18,13 @@ from andrea_jax import checkpoint as ckpt_lib
 from andrea_jax import config as config_lib
 from andrea_jax import curriculum
 from andrea_jax import logs
+from andrea_jax import plots
 from andrea_jax import resume
 from andrea_jax import rundir
 from andrea_jax import runconfig
 from andrea_jax import step as step_lib
 from andrea_jax import train
+from andrea_jax import workdir as workdir_lib
 from tests.util import REPO, small_run_config, tensorboard_scalars
 from tests.faults import harness
 
@@ -138,12 +140,24 @@ def test_invalid_config_is_rejected_before_anything_runs(tmp_path):
 
 
 @pytest.mark.slow
-def test_training_lowers_the_loss_and_writes_its_outputs(tmp_path, data_cache):
+def test_training_lowers_the_loss_and_writes_its_outputs(tmp_path, data_cache, monkeypatch):
   c = small_run_config(num_steps=60)
   c.eval.every = 30
   c.train.plot = True
   c.train.tensorboard = True
+  # The figure is drawn from the whole log while the run still holds its workdir (a run started
+  # on it meanwhile cannot rewind the log under the plot).
+  drawn = []
+  draw = plots.summary_plot
+
+  def plot_while_held(workdir, *args, **kwargs):
+    holder = workdir_lib.holder(workdir)
+    drawn.append((holder and holder.pid, logs.read_jsonl(os.path.join(workdir, "metrics.jsonl"))))
+    return draw(workdir, *args, **kwargs)
+  monkeypatch.setattr(plots, "summary_plot", plot_while_held)
   summary = train.train_and_evaluate(c, str(tmp_path))
+  assert len(drawn) == 1 and drawn[0][0] == os.getpid()
+  assert drawn[0][1] == logs.read_jsonl(str(tmp_path / "metrics.jsonl"))
   records = logs.read_jsonl(str(tmp_path / "metrics.jsonl"))
   train_losses = [r["loss"] for r in records if "loss" in r]
   evals = [r for r in records if "eval/mean_loss" in r]

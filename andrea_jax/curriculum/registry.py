@@ -217,9 +217,10 @@ def build(section: ml_collections.ConfigDict, sources: Sequence[str] = SOURCES
       kwargs[arg] = _value(where, kind, given[arg])
   try:
     mixer = made(**kwargs)
-  except (TypeError, ValueError) as e:
-    raise type(e)(f"curriculum.mixer.{e}" if str(e).split(" ")[0].split("[")[0] in known
-                  else f"curriculum.mixer ({name!r}): {e}") from None
+  except (TypeError, ValueError) as e:   # rebuilt as the base class: a subclass may take more
+    base = TypeError if isinstance(e, TypeError) else ValueError
+    raise base(f"curriculum.mixer.{e}" if str(e).split(" ")[0].split("[")[0] in known
+               else f"curriculum.mixer ({name!r}): {e}") from None
   if not mixer_lib.is_mixer(mixer):
     raise ValueError(f"curriculum.mixer.name = {name!r}: the factory returned "
                      f"{type(mixer).__name__}, not a Mixer (init, observe, decide, metrics)")

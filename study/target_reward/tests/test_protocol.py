@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from andrea_jax import curriculum, runconfig
+from andrea_jax import runconfig
 from andrea_jax.config import load_config_file
 from study.target_reward import arms, run
 
