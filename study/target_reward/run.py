@@ -153,17 +153,16 @@ def scoreboard(root: str = ROOT, width: int = 1) -> list[dict]:
   """One row per arm: target loss (mean, sd over seeds), mean held-out loss, and what its final
   target loss is worth in the steps of each baseline on its own schedules."""
   overhead = gain_overhead()
+  # A baseline's curve: its mean target loss at each run length over the seeds that ran every
+  # length (all three when the budget allows; fewer are said in the report).
   curves = {}
   for b in arms.BASELINES:
-    steps, losses = [], []
-    for f in arms.LENGTHS:
-      n = round(f * arms.STEPS)
-      runs = [result({"arm": b, "seed": s, **({"steps": n} if f != 1 else {})}, root)
-              for s in arms.SEEDS]
-      if all(runs) and width == 1:
-        steps.append(n)
-        losses.append(_stats(runs)[0])
-    curves[b] = (steps, losses)
+    length = lambda f, s: result({"arm": b, "seed": s, **(
+        {"steps": round(f * arms.STEPS)} if f != 1 else {})}, root)
+    seeds = [s for s in arms.SEEDS if all(length(f, s) for f in arms.LENGTHS)]
+    if seeds and width == 1:
+      curves[b] = ([round(f * arms.STEPS) for f in arms.LENGTHS],
+                   [_stats([length(f, s) for s in seeds])[0] for f in arms.LENGTHS], seeds)
   rows = []
   for a in arms.ARMS:
     runs = [result({"arm": a, "seed": s, **({"width": 2} if width == 2 else {})}, root)
@@ -175,9 +174,9 @@ def scoreboard(root: str = ROOT, width: int = 1) -> list[dict]:
     row = {"arm": a, "seeds": len(runs), "target": mean, "sd": sd,
            "mean_loss": float(np.mean([r["eval/mean_loss"] for r in runs])),
            "overhead": overhead if a == "andrea_gain" else 0.0}
-    for b, (steps, losses) in curves.items():
-      if len(steps) == len(arms.LENGTHS):
-        row[f"worth_{b}"] = equal_compute.worth(steps, losses, mean, arms.STEPS, row["overhead"])
+    for b, (steps, losses, seeds) in curves.items():
+      row[f"worth_{b}"] = equal_compute.worth(steps, losses, mean, arms.STEPS, row["overhead"])
+      row[f"curve_seeds_{b}"] = seeds
     rows.append(row)
   return rows
 
@@ -201,7 +200,10 @@ def report(root: str = ROOT) -> str:
                  f"{arms.STEPS} steps, eval/target_loss at the last step (nats/byte):\n")
     head = "| arm | seeds | target loss | sd | mean held-out loss |"
     if width == 1:
-      head += " worth in uniform's steps | worth in target_only's steps |"
+      for b in arms.BASELINES:
+        seeds = next((r[f"curve_seeds_{b}"] for r in rows if f"curve_seeds_{b}" in r), None)
+        head += (f" worth in {b}'s steps" + ("" if seeds is None or len(seeds) == len(arms.SEEDS)
+                                              else f" (its curve: seeds {seeds})") + " |")
     lines += [head, "|" + " --- |" * (head.count("|") - 1)]
     for r in sorted(rows, key=lambda r: r["target"]):
       cells = [r["arm"], str(r["seeds"]), f"{r['target']:.4f}", f"{r['sd']:.4f}",

@@ -93,6 +93,15 @@ def test_the_scoreboard_scores_fake_runs(tmp_path, monkeypatch):
   assert rows["uniform"]["worth_uniform"] == (pytest.approx(1.0), "=")
   assert run.larger_arms(str(tmp_path)) == ["andrea_gain", "target_only"]
   assert "andrea_gain" in run.report(str(tmp_path))
+  # Seed 2's 2000-step uniform run missing: uniform's curve over seeds 0 and 1 (2.0 - 0.005 at
+  # 1x, ...), said in the report; target_only's keeps its three.
+  (tmp_path / run.run_name({"arm": "uniform", "seed": 2, "steps": 2000}) / "metrics.jsonl").unlink()
+  rows = {r["arm"]: r for r in run.scoreboard(str(tmp_path))}
+  assert rows["andrea_gain"]["curve_seeds_uniform"] == [0, 1]
+  assert rows["andrea_gain"]["curve_seeds_target_only"] == [0, 1, 2]
+  # 1.85 lies 0.045 / 0.1 = 0.45 of the way from 1250 (1.895) to 1500 (1.795), in log-steps.
+  assert rows["andrea_gain"]["worth_uniform"][0] == pytest.approx(1250 * 1.2 ** 0.45 / 1100)
+  assert "worth in uniform's steps (its curve: seeds [0, 1])" in run.report(str(tmp_path))
 
 
 def test_the_grid_point_is_picked_at_the_selection_seed(tmp_path):
