@@ -109,7 +109,8 @@ def from_config(cfg: ml_collections.ConfigDict, *, sources: tuple[str, ...],
   """The ``target_gain`` section validated (``None`` when ``every`` is 0); errors name the field.
 
   ``target`` is ``eval.target`` normalised (``None``: no target, refused when measuring);
-  ``eps`` and ``b2`` Adam's (``optim``); ``devices`` the devices the rows are split over (both row counts must be multiples of it).
+  ``eps`` and ``b2`` Adam's (``optim``); ``devices`` the devices the rows are split over (both row
+  counts must be multiples of it).
   """
   for name in ("every", "rows_per_source", "target_rows"):
     v = cfg[name]
@@ -192,8 +193,9 @@ def split(batch: Batch) -> tuple[Batch, Batch | None, Batch | None]:
 
 
 class ProbeBatches:
-  """Host side: the probe and target rows of step ``t`` (at a measurement step, :func:`is_measured`;
-  zero rows, which count nothing, at the others), for this process's slice. A pure function of ``(seed, t)``.
+  """Host side: the probe and target rows of step ``t`` (at a measurement step,
+  :func:`is_measured`; zero rows, which count nothing, at the others), for this process's slice. A
+  pure function of ``(seed, t)``.
 
   ``make(data, seq_len, seed, process_index, process_count)`` builds a
   :class:`andrea_jax.data.MixtureSampler`; the two samplers draw from streams of their own.
