@@ -166,11 +166,14 @@ def _rows(args) -> list[dict]:
 
 
 def groups(rows: list[dict]) -> list[list[dict]]:
-  """Consecutive JAX rows with the same XLA flags share a process; every other row is alone."""
+  """Consecutive JAX rows with the same XLA flags share a process; every other row is alone. On
+  the CPU the flag sets, all GPU compiler flags, are not set (:func:`child_env`): consecutive JAX
+  rows share a process whatever their flags."""
   out: list[list[dict]] = []
   for row in rows:
     prev = out[-1][-1] if out else None
-    if prev and row["kind"] == prev["kind"] == "jax" and row["flags"] == prev["flags"]:
+    if prev and row["kind"] == prev["kind"] == "jax" and (
+        row["flags"] == prev["flags"] or row["cpu"]):
       out[-1].append(row)
     else:
       out.append([row])
@@ -179,12 +182,15 @@ def groups(rows: list[dict]) -> list[list[dict]]:
 
 def child_env(flags: str | None, cpu: bool) -> dict:
   """The environment of a measuring process: the repository first on the path, one GPU, and for
-  JAX the XLA flag set ``flags`` appended to any already set."""
+  JAX on a GPU the XLA flag set ``flags`` appended to any already set. The sets are GPU compiler
+  flags, which the CPU's compiler never reads: on the CPU none is set, so that rows differing only
+  in them share a process and compile one program."""
   env = dict(os.environ)
   env.setdefault("CUDA_VISIBLE_DEVICES", "0")          # one GPU, whatever the host has
   env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
   if flags is not None:
-    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + FLAG_SETS[flags]).strip()
+    if not cpu:
+      env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + FLAG_SETS[flags]).strip()
     # The GPU is this process's alone: 90% of it rather than jax's 75% (the XLA attention keeps
     # float32 [B, H, T, T] probabilities of every layer for the backward pass).
     env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.90")
@@ -432,7 +438,8 @@ def main(argv: list[str] | None = None):
   for row, r in zip(rows, ordered):
     print(_fmt_row(row["label"], r, ref))
   used = [k for k in FLAG_SETS if any(row.get("flags") == k for row in rows)]
-  print("XLA flag sets: " + "; ".join(f"{k} = {FLAG_SETS[k] or '(none)'}" for k in used))
+  print("XLA flag sets: " + "; ".join(f"{k} = {FLAG_SETS[k] or '(none)'}" for k in used)
+        + (" (GPU flags: not set on the CPU)" if args.cpu else ""))
   for row, r in zip(rows, ordered):
     if r.get("mode"):
       print(f"{row['label']}: {r['mode']}, torch {r.get('torch', '?')}")

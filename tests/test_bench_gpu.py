@@ -123,6 +123,19 @@ def test_device_check_dry_run_end_to_end(tmp_path, data_cache):
   assert "pytorch yardstick" in (out_dir / "bench_gpu.txt").read_text()
 
 
+def test_rows_share_a_process_when_their_flags_agree_and_on_the_cpu_always():
+  names = ["torch", "cudnn", "levers-off", "flag-cublaslt", "cudnn-default", "xla"]
+  on = lambda cpu: [dict(gpu.ROWS[n], name=n, cpu=cpu) for n in names]
+  as_names = lambda gs: [[r["name"] for r in g] for g in gs]
+  assert as_names(gpu.groups(on(cpu=False))) == [
+      ["torch"], ["cudnn", "levers-off"], ["flag-cublaslt"], ["cudnn-default"], ["xla"]]
+  assert as_names(gpu.groups(on(cpu=True))) == [["torch"], names[1:]]
+  base = os.environ.get("XLA_FLAGS", "")
+  assert gpu.child_env("cublaslt", cpu=False)["XLA_FLAGS"].endswith(
+      "--xla_gpu_enable_cublaslt=true")
+  assert gpu.child_env("cublaslt", cpu=True).get("XLA_FLAGS", "") == base   # GPU flags: not here
+
+
 def test_stage_timeout_keeps_the_later_stages_least():
   caps = {"a": (100, 10), "b": (200, 50)}
   assert device_check.stage_timeout(caps, ["a", "b"], 0, 120) == 70    # 120 - b's 50
