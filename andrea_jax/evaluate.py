@@ -131,11 +131,12 @@ class Evaluator:
     top_k = self.cfg.top_k or None
     # A model vocabulary larger than the tokenizer's (unused rows) must not emit undecodable ids.
     limit = min(tokenizer.vocab_size, mcfg.vocab_size)
+    # One program per prompt: its greedy continuation (row 0) and its sampled one (row 1).
     self._generate = jax.jit(
-        lambda p, prompt, key, greedy: generate(
-            p, mcfg, prompt, key, max_new_tokens=self.cfg.sample_tokens,
-            temperature=self.cfg.temperature, top_k=top_k, greedy=greedy, vocab_limit=limit),
-        static_argnames=("greedy",))
+        lambda p, prompt_1xP, key: generate(
+            p, mcfg, jnp.concatenate([prompt_1xP, prompt_1xP]), key,
+            max_new_tokens=self.cfg.sample_tokens, temperature=self.cfg.temperature, top_k=top_k,
+            greedy=(True, False), vocab_limit=limit))
 
   def losses(self, params) -> dict[str, float]:
     """Mean held-out loss (nats/token) of each source in use, over the tokens its loss counts."""
@@ -161,10 +162,10 @@ class Evaluator:
     key = jax.random.fold_in(self.key, step)
     for i, (text, prompt) in enumerate(zip(self.cfg.prompts, self.prompts)):
       row = {"prompt": text}
-      for mode, greedy in (("greedy", True), ("sampled", False)):
-        toks = self._generate(params, jnp.asarray(prompt[None]), jax.random.fold_in(key, i),
-                              greedy=greedy)
-        new = np.asarray(toks)[0, len(prompt):]
+      toks = np.asarray(self._generate(params, jnp.asarray(prompt[None]),
+                                       jax.random.fold_in(key, i)))
+      for r, mode in enumerate(("greedy", "sampled")):
+        new = toks[r, len(prompt):]
         row[mode] = self.tokenizer.decode(new[new != self.tokenizer.eod_id].tolist())
         row[f"{mode}_repetition"] = float(repetition.repetition_score(new))
       out.append(row)

@@ -65,12 +65,14 @@ def sample_logits(logits_BxV: jax.Array, key: jax.Array, *, temperature: float =
 
 def generate(params: PyTree, config: ModelConfig, prompt_BxP: jax.Array, key: jax.Array, *,
              max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-             greedy: bool = False, vocab_limit: int | None = None) -> jax.Array:
+             greedy: bool | tuple[bool, ...] = False, vocab_limit: int | None = None) -> jax.Array:
   """Continues each prompt by ``max_new_tokens`` sampled tokens; returns ``[B, P + N]`` int32.
 
   All prompts have the same length ``P`` (no left padding) and ``P + N <= config.max_len``. New
   token ``i`` is drawn with the ``i``-th key of ``jax.random.split(key, N)``: the same key gives the
   same tokens. Greedy decoding equals repeated argmax of the full (uncached) forward pass.
+  ``greedy`` may also be one bool per row: those rows decode greedily and the others are drawn
+  together, as a call with only them would draw them (one program for both kinds of sample).
 
   ``vocab_limit`` draws only ids below it: a model whose vocabulary is larger than its tokenizer's
   (ANDREA-120M's 50,257 rows with the byte tokenizer) never emits an id the tokenizer cannot
@@ -111,7 +113,10 @@ def generate(params: PyTree, config: ModelConfig, prompt_BxP: jax.Array, key: ja
     raise ValueError(f"vocab_limit must be an int in [1, {config.vocab_size}]; got {vocab_limit!r}")
   if top_k is not None and not 1 <= top_k <= limit:
     raise ValueError(f"top_k must be in [1, {limit}]; got {top_k!r}")
-  if not greedy:
+  rows_greedy = tuple(greedy) if isinstance(greedy, (tuple, list)) else (bool(greedy),) * B
+  if len(rows_greedy) != B:
+    raise ValueError(f"greedy must be one bool or one per prompt row ({B}); got {greedy!r}")
+  if not all(rows_greedy):
     _check_temperature(temperature)
   prompt_BxP = jnp.asarray(prompt_BxP, jnp.int32)
   if max_new_tokens == 0:
@@ -124,11 +129,20 @@ def generate(params: PyTree, config: ModelConfig, prompt_BxP: jax.Array, key: ja
                                       decode=True, mutable=["cache"])
     return state["cache"], logits_BxTxV[:, -1]
 
+  argmax_rows = [b for b, g in enumerate(rows_greedy) if g]
+  drawn_rows = [b for b, g in enumerate(rows_greedy) if not g]
+
   def sample(logits_BxV, step_key):
     if limit < logits_BxV.shape[-1]:
       logits_BxV = jnp.where(jnp.arange(logits_BxV.shape[-1]) < limit, logits_BxV, -jnp.inf)
-    return sample_logits(logits_BxV, step_key, temperature=temperature, top_k=top_k,
-                         greedy=greedy)
+    draw = lambda logits, g: sample_logits(logits, step_key, temperature=temperature,
+                                           top_k=top_k, greedy=g)
+    if not drawn_rows or not argmax_rows:
+      return draw(logits_BxV, not drawn_rows)
+    rows = lambda which: logits_BxV[np.asarray(which)]
+    token_B = jnp.zeros((B,), jnp.int32).at[np.asarray(argmax_rows)].set(
+        draw(rows(argmax_rows), True))
+    return token_B.at[np.asarray(drawn_rows)].set(draw(rows(drawn_rows), False))
 
   def step(carry, step_key):
     cache, logits_BxV = carry

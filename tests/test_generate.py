@@ -60,6 +60,20 @@ def test_decode_logits_equal_full_forward():
   assert int(cache["index"]) == 13
 
 
+def test_greedy_rows_beside_drawn_rows_equal_the_calls_of_each_kind_alone():
+  """One program for both kinds: the greedy rows are the greedy call's, the drawn rows are what a
+  call with only them draws with the same key (the draws of a row do not depend on the others)."""
+  key = jax.random.key(4)
+  both = _generate(PARAMS, CFG, PROMPT, key, max_new_tokens=N, greedy=(False, True, False))
+  alone_greedy = _generate(PARAMS, CFG, PROMPT[1:2], key, max_new_tokens=N, greedy=True)
+  alone_drawn = _generate(PARAMS, CFG, PROMPT[::2], key, max_new_tokens=N)
+  np.testing.assert_array_equal(both[1:2], alone_greedy)
+  np.testing.assert_array_equal(both[::2], alone_drawn)
+  with pytest.raises(ValueError, match=r"greedy must be one bool or one per prompt row \(3\); "
+                                       r"got \(True, False\)"):
+    gen.generate(PARAMS, CFG, PROMPT, key, max_new_tokens=N, greedy=(True, False))
+
+
 def test_greedy_with_cache_equals_stepwise_argmax_without_cache():
   out = _generate(PARAMS, CFG, PROMPT, jax.random.key(3), max_new_tokens=N, greedy=True)
   assert out.shape == (3, 5 + N) and out.dtype == jnp.int32
