@@ -4,6 +4,7 @@ while it trains. (The lock itself: tests/test_workdir.py; two processes: tests/t
 """
 
 import json
+import os
 import signal
 import subprocess
 import threading
@@ -26,6 +27,22 @@ def _wait_for(check, proc, what, timeout=300):
     assert proc.poll() is None, f"the run ended before {what}"
     assert time.time() < deadline, f"no {what} in {timeout} s"
     time.sleep(0.05)
+
+
+def _wait_until_stopped(pid: int, timeout: float = 30.0) -> None:
+  """Returns once every thread of ``pid`` is stopped (state T in /proc)."""
+  deadline = time.time() + timeout
+  while time.time() < deadline:
+    states = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+      try:
+        states.append(open(f"/proc/{pid}/task/{task}/stat").read().rsplit(")", 1)[1].split()[0])
+      except FileNotFoundError:
+        continue
+    if states and all(st in "tT" for st in states):
+      return
+    time.sleep(0.01)
+  raise AssertionError(f"process {pid} did not stop within {timeout} s")
 
 
 def _launch(config, workdir, env, log):
@@ -55,6 +72,7 @@ def test_a_second_run_is_refused_and_a_killed_one_is_taken_over_and_resumed(refe
     # Frozen, the first run writes nothing while the second launch tries; that one has another
     # learning rate: had it written anything, the run's numbers would differ from the reference's.
     first.send_signal(signal.SIGSTOP)
+    _wait_until_stopped(first.pid)   # delivered later: a thread may still be writing a file
     before = double_launch.tree(workdir)
     other = harness.fault_config()
     other.optim.peak_lr *= 2
