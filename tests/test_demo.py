@@ -47,7 +47,7 @@ def test_the_demo_trains_and_its_checkpoint_samples(tmp_path, data_cache):
   readme = (REPO / "README.md").read_text()
   assert f"`make demo` runs `{shlex.join(words)}`" in readme
   work = _workspace(tmp_path)
-  env = {k: v for k, v in _environment(work).items() if k != "JAX_DISABLE_MOST_OPTIMIZATIONS"}
+  env = _environment(work)
   log = run_documented(shlex.join(words), work, extra=(f"--config.train.stop_step={DEMO_STEPS}",),
                        env=env, raw=True, steps=False)
   assert f"stopped at train.stop_step: {DEMO_STEPS} steps, held-out mean loss" in log, log[-3000:]
