@@ -516,7 +516,7 @@ def load_checkpoint(workdir: str, step: int | None = None) -> SavedRun:
 
   Example:
     >>> saved = load_checkpoint("runs/tiny", 500)
-    >>> saved.step, saved.run.model_config.d_model
+    >>> saved.step, saved.run.model.d_model
     (500, 128)
   """
   directory = os.path.join(os.path.abspath(workdir), "checkpoints")
@@ -540,7 +540,7 @@ def load_checkpoint(workdir: str, step: int | None = None) -> SavedRun:
     device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     abstract = {"params": jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),
-        jax.eval_shape(init_params, run.model_config, jax.random.PRNGKey(0)))}
+        jax.eval_shape(init_params, run.model, jax.random.PRNGKey(0)))}
     params = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
         item=abstract, restore_args=ocp.checkpoint_utils.construct_restore_args(abstract),
         partial_restore=True))).state["params"]

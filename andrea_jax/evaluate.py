@@ -86,7 +86,7 @@ class Evaluator:
     self.tokenizer = tokenizer
     self.key = key
     self.samples_path = samples_path
-    model = run.step_config.model
+    model = run.step.model
     num_sources = len(run.sources)
     parts = []
     self.eval_sources = []
@@ -114,7 +114,7 @@ class Evaluator:
     num_chunks = -(-rows // micro)
     self.chunk_rows = -(-rows // (num_chunks * devices)) * devices
     chunks = eval_chunks(self.batch, self.chunk_rows)
-    document_mask = run.step_config.document_mask   # the same attention as in training
+    document_mask = run.step.document_mask   # the same attention as in training
     # With masks, one forward pass gives the sums over the counted tokens and over every token.
     sums = step_lib.eval_losses_all_tokens if self.masked else step_lib.eval_losses
     losses = lambda p, b: sums(model, p, b, num_sources, document_mask)
@@ -127,7 +127,7 @@ class Evaluator:
     # Training documents start with the end-of-document id, so prompts do too.
     self.prompts = [np.concatenate([[tokenizer.eod_id], tokenizer.encode(p)]).astype(np.int32)
                     for p in self.cfg.prompts]
-    mcfg = run.model_config
+    mcfg = run.model
     top_k = self.cfg.top_k or None
     # A model vocabulary larger than the tokenizer's (unused rows) must not emit undecodable ids.
     limit = min(tokenizer.vocab_size, mcfg.vocab_size)

@@ -92,7 +92,7 @@ def batches(run, data: data_lib.PreparedData, batch_sharding: jax.sharding.Named
   slot = dict(process_index=lo // (hi - lo), process_count=rows // (hi - lo))
   make = lambda **kw: data_lib.MixtureSampler(data, seq_len=run.data.seq_len, **kw)
   sampler = make(global_batch_size=rows, seed=run.seed, **slot)
-  gain = run.step_config.target_gain
+  gain = run.step.target_gain
   probes = None if gain is None else gain_lib.ProbeBatches(
       gain, np.asarray(run.target), make, run.seed, **slot)
 

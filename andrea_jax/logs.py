@@ -26,9 +26,27 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import jax
 import numpy as np
 
 from andrea_jax import storage
+
+# Dense bf16 peak FLOP/s by device kind, for MFU. CPU has no meaningful peak: MFU is not reported.
+PEAK_FLOPS = {   # first match wins: the PCIe and NVL parts before the SXM "H100"
+    "H100 PCIe": 756e12, "H100 NVL": 835e12, "H100": 989e12, "H200": 989e12, "H800": 989e12,
+    "A100": 312e12, "A10G": 125e12, "L4": 121e12, "TPU v4": 275e12, "TPU v5 lite": 197e12,
+    "TPU v5e": 197e12, "TPU v5p": 459e12, "TPU v6 lite": 918e12, "TPU v6e": 918e12,
+}
+
+
+def peak_flops(device: jax.Device | None = None) -> float | None:
+  """Peak dense bf16 FLOP/s of one device, summed over local devices; ``None`` when unknown."""
+  devices = jax.local_devices() if device is None else [device]
+  kind = devices[0].device_kind
+  for name, flops in PEAK_FLOPS.items():
+    if name.lower() in kind.lower():
+      return flops * len(devices)
+  return None
 
 
 def _py(v: Any) -> Any:

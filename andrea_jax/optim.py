@@ -16,6 +16,7 @@ lengths. For static values they equal optax's own schedules (tested).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import jax
@@ -23,6 +24,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
+
+from andrea_jax import checks
 
 SCHEDULES = ("cosine", "wsd", "constant")
 
@@ -68,13 +71,6 @@ def wsd_decay_steps(decay_steps: int, total_steps: int) -> int:
   return int(decay_steps) if decay_steps > 0 else max(1, round(0.2 * total_steps))
 
 
-def learning_rate_schedule(cfg: ml_collections.ConfigDict, total_steps: int) -> Schedule:
-  """The schedule ``step -> lr`` described by the ``optim`` config section."""
-  return lambda step: warmup_decay(
-      step, peak_lr=cfg.peak_lr, warmup_steps=cfg.warmup_steps, total_steps=total_steps,
-      kind=cfg.schedule, min_lr_ratio=cfg.min_lr_ratio, decay_steps=cfg.decay_steps)
-
-
 def decay_mask(params):
   """True for the leaves weight decay applies to: matrices (ndim >= 2); not biases nor LayerNorm."""
   return jax.tree.map(lambda p: p.ndim >= 2, params)
@@ -104,60 +100,73 @@ def clip_by_global_norm(max_norm: float) -> optax.GradientTransformationExtraArg
   return optax.GradientTransformationExtraArgs(optax.init_empty_state, update_fn)
 
 
-def make_optimizer(cfg: ml_collections.ConfigDict, total_steps: int,
-                   schedule: Schedule | None = None) -> optax.GradientTransformationExtraArgs:
-  """``optax.chain(clip_by_global_norm, adamw)`` from the ``optim`` section.
+@dataclasses.dataclass(frozen=True)
+class OptimSpec:
+  """The ``optim`` section, validated (:meth:`from_config`): clipping, AdamW and the schedule.
 
-  ``schedule`` overrides the learning-rate schedule (the warmup ablation passes one with traced
-  parameters); by default it is :func:`learning_rate_schedule`. The clipping is
-  :func:`clip_by_global_norm`: ``update(..., grad_norm=n)`` hands it a norm already computed.
+  Everything that reads the optimizer's settings reads this object: the trainer builds its
+  transformation with :meth:`transform`, the warmup ablation with traced rates through
+  :meth:`learning_rate`, and the target gain takes Adam's ``eps`` and ``b2`` from it. Field
+  meanings and units: :func:`andrea_jax.config.optim_section`.
   """
-  validate_optim_config(cfg, total_steps)
-  schedule = schedule or learning_rate_schedule(cfg, total_steps)
-  parts = []
-  if cfg.grad_clip > 0:
-    parts.append(clip_by_global_norm(cfg.grad_clip))
-  parts.append(optax.adamw(learning_rate=schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps,
-                           weight_decay=cfg.weight_decay, mask=decay_mask))
-  return optax.chain(*parts)
+  peak_lr: float
+  warmup_steps: int
+  schedule: str            # the decay after the warmup: one of SCHEDULES
+  decay_steps: int
+  min_lr_ratio: float
+  b1: float
+  b2: float
+  eps: float
+  weight_decay: float
+  grad_clip: float
+  grad_accum_steps: int
+  total_steps: int         # the run's length (train.num_steps): the schedule is laid out over it
 
+  @classmethod
+  def from_config(cls, cfg: ml_collections.ConfigDict, total_steps: int) -> "OptimSpec":
+    """The section checked, every error naming ``optim.<field>`` and the value."""
+    validate_optim_config(cfg, total_steps)
+    fields = {f.name: cfg[f.name] for f in dataclasses.fields(cls) if f.name != "total_steps"}
+    return cls(**fields, total_steps=int(total_steps))
 
-def _finite_number(cfg, name):
-  v = cfg[name]
-  if isinstance(v, bool) or not isinstance(v, (int, float)):
-    raise TypeError(f"optim.{name} must be a number, got {v!r}")
-  if v != v or v in (float("inf"), float("-inf")):
-    raise ValueError(f"optim.{name} must be finite, got {v!r}")
-  return v
+  def learning_rate(self, *, peak_lr=None, warmup_steps=None) -> Schedule:
+    """The schedule ``step -> lr`` (:func:`warmup_decay`); ``peak_lr`` and ``warmup_steps``
+    replace the section's and may be traced (the warmup ablation vmaps over them)."""
+    peak = self.peak_lr if peak_lr is None else peak_lr
+    warmup = self.warmup_steps if warmup_steps is None else warmup_steps
+    return lambda step: warmup_decay(
+        step, peak_lr=peak, warmup_steps=warmup, total_steps=self.total_steps,
+        kind=self.schedule, min_lr_ratio=self.min_lr_ratio, decay_steps=self.decay_steps)
+
+  def transform(self, schedule: Schedule | None = None) -> optax.GradientTransformationExtraArgs:
+    """``optax.chain(clip_by_global_norm, adamw)`` with ``schedule`` (default
+    :meth:`learning_rate`). The clipping is :func:`clip_by_global_norm`:
+    ``update(..., grad_norm=n)`` hands it a norm already computed."""
+    schedule = schedule or self.learning_rate()
+    parts = []
+    if self.grad_clip > 0:
+      parts.append(clip_by_global_norm(self.grad_clip))
+    parts.append(optax.adamw(learning_rate=schedule, b1=self.b1, b2=self.b2, eps=self.eps,
+                             weight_decay=self.weight_decay, mask=decay_mask))
+    return optax.chain(*parts)
 
 
 def validate_optim_config(cfg: ml_collections.ConfigDict, total_steps: int) -> None:
   """Reject a bad ``optim`` section, naming the field and the value (before anything compiles)."""
   for name in ("peak_lr", "min_lr_ratio", "b1", "b2", "eps", "weight_decay", "grad_clip"):
-    _finite_number(cfg, name)
-  for name in ("warmup_steps", "decay_steps", "grad_accum_steps"):
-    v = cfg[name]
-    if isinstance(v, bool) or not isinstance(v, int):
-      raise TypeError(f"optim.{name} must be an integer, got {v!r}")
-    if v < 0:
-      raise ValueError(f"optim.{name} must be >= 0, got {v}")
-  if cfg.peak_lr <= 0:
-    raise ValueError(f"optim.peak_lr must be > 0, got {cfg.peak_lr}")
-  if not 0 <= cfg.min_lr_ratio <= 1:
-    raise ValueError(f"optim.min_lr_ratio must be in [0, 1], got {cfg.min_lr_ratio}")
+    checks.number(f"optim.{name}", cfg[name])
+  for name in ("warmup_steps", "decay_steps"):
+    checks.integer(f"optim.{name}", cfg[name], minimum=0)
+  checks.number("optim.peak_lr", cfg.peak_lr, low=0, low_open=True)
+  checks.number("optim.min_lr_ratio", cfg.min_lr_ratio, low=0, high=1)
   for name in ("b1", "b2"):
-    if not 0 <= cfg[name] < 1:
-      raise ValueError(f"optim.{name} must be in [0, 1), got {cfg[name]}")
-  if cfg.eps <= 0:
-    raise ValueError(f"optim.eps must be > 0, got {cfg.eps}")
-  if cfg.weight_decay < 0 or cfg.grad_clip < 0:
-    raise ValueError(f"optim.weight_decay and optim.grad_clip must be >= 0, got "
-                     f"{cfg.weight_decay} and {cfg.grad_clip}")
+    checks.number(f"optim.{name}", cfg[name], low=0, high=1, high_open=True)
+  checks.number("optim.eps", cfg.eps, low=0, low_open=True)
+  for name in ("weight_decay", "grad_clip"):
+    checks.number(f"optim.{name}", cfg[name], low=0)
   check_float32(cfg)
-  if cfg.grad_accum_steps < 1:
-    raise ValueError(f"optim.grad_accum_steps must be >= 1, got {cfg.grad_accum_steps}")
-  if cfg.schedule not in SCHEDULES:
-    raise ValueError(f"optim.schedule must be one of {SCHEDULES}, got {cfg.schedule!r}")
+  checks.integer("optim.grad_accum_steps", cfg.grad_accum_steps, minimum=1)
+  checks.choice("optim.schedule", cfg.schedule, SCHEDULES)
   if cfg.warmup_steps > total_steps:
     raise ValueError(f"optim.warmup_steps = {cfg.warmup_steps} is longer than the run "
                      f"(train.num_steps = {total_steps})")

@@ -15,6 +15,7 @@ import warnings
 import jax
 import ml_collections
 
+from andrea_jax import checks
 from andrea_jax import cliff as cliff_lib
 from andrea_jax import curriculum
 from andrea_jax import optim
@@ -24,24 +25,6 @@ from andrea_jax import step as step_lib
 from andrea_jax import target_gain as gain_lib
 from andrea_jax.data.config import validate_data_config, without_data
 from andrea_jax.model import ModelConfig, Transformer
-
-# Dense bf16 peak FLOP/s by device kind, for MFU. CPU has no meaningful peak: MFU is not reported.
-PEAK_FLOPS = {   # first match wins: the PCIe and NVL parts before the SXM "H100"
-    "H100 PCIe": 756e12, "H100 NVL": 835e12, "H100": 989e12, "H200": 989e12, "H800": 989e12,
-    "A100": 312e12, "A10G": 125e12, "L4": 121e12, "TPU v4": 275e12, "TPU v5 lite": 197e12,
-    "TPU v5e": 197e12, "TPU v5p": 459e12, "TPU v6 lite": 918e12, "TPU v6e": 918e12,
-}
-
-
-def peak_flops(device: jax.Device | None = None) -> float | None:
-  """Peak dense bf16 FLOP/s of one device, summed over local devices; ``None`` when unknown."""
-  devices = jax.local_devices() if device is None else [device]
-  kind = devices[0].device_kind
-  for name, flops in PEAK_FLOPS.items():
-    if name.lower() in kind.lower():
-      return flops * len(devices)
-  return None
-
 
 @dataclasses.dataclass(frozen=True)
 class TrainSpec:
@@ -55,11 +38,6 @@ class TrainSpec:
   progress_bar: bool
   plot: bool               # summary.png at the end
   tensorboard: bool        # TensorBoard event files beside metrics.jsonl
-
-  @property
-  def end(self) -> int:
-    """This call's last step: ``stop_step`` when set, else ``num_steps``."""
-    return self.stop_step or self.num_steps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,21 +70,35 @@ class DataSpec:
 @dataclasses.dataclass(frozen=True)
 class Run:
   """The validated, static description of a run: everything below the command line reads this,
-  never the ``ConfigDict`` (kept in :attr:`record` only to be written down)."""
-  model_config: ModelConfig
-  step_config: step_lib.StepConfig
-  curriculum_spec: curriculum.CurriculumSpec
-  cliff_cfg: cliff_lib.CliffConfig
+  never the ``ConfigDict`` (kept in :attr:`record` only to be written down).
+
+  One field per section: ``model`` (the frozen :class:`~andrea_jax.model.ModelConfig`), ``step``
+  (what the jitted step binds in: :class:`~andrea_jax.step.StepConfig`, with the curriculum and
+  the detector, also reachable as :attr:`curriculum` and :attr:`cliff`), ``optim``, ``train``,
+  ``eval``, ``data``, ``mesh``; then the run's sources and its target.
+  """
+  model: ModelConfig
+  step: step_lib.StepConfig
+  optim: optim.OptimSpec
+  train: TrainSpec
+  eval: EvalSpec
+  data: DataSpec
+  mesh: sharding.MeshSpec
   sources: tuple[str, ...]
-  used_sources: tuple[str, ...]
-  mesh_shape: tuple[int, int] = (1, 1)   # (data, fsdp) devices, resolved against this machine
+  used_sources: tuple[str, ...]   # the sources some geometry lets the run sample
   target: tuple[float, ...] | None = None   # eval.target normalised, one weight per source
   seed: int = 0
-  train: TrainSpec | None = None
-  eval: EvalSpec | None = None
-  data: DataSpec | None = None
-  mesh: ml_collections.FrozenConfigDict | None = None   # the mesh section (andrea_jax.sharding)
   record: dict = dataclasses.field(default_factory=dict, compare=False)   # config.to_dict()
+
+  @property
+  def curriculum(self) -> curriculum.CurriculumSpec:
+    """The curriculum's static tables and mixers (``step.curriculum``)."""
+    return self.step.curriculum
+
+  @property
+  def cliff(self) -> cliff_lib.CliffConfig:
+    """The zombie-cliff detector's settings (``step.cliff``)."""
+    return self.step.cliff
 
   @property
   def config_json(self) -> str:
@@ -114,45 +106,31 @@ class Run:
     return ml_collections.ConfigDict(self.record).to_json_best_effort(indent=2, sort_keys=True)
 
 
-# Steps, counts and sizes travel as int32 inside the compiled step.
-INT32_LIMIT = 2**31
-
-
-def _positive_int(section: str, cfg, name: str, minimum: int = 1) -> int:
-  v = cfg[name]
-  if isinstance(v, bool) or not isinstance(v, int):
-    raise TypeError(f"{section}.{name} must be an integer, got {v!r}")
-  if v < minimum:
-    raise ValueError(f"{section}.{name} must be >= {minimum}, got {v}")
-  if v >= INT32_LIMIT:
-    raise ValueError(f"{section}.{name} must be below 2**31 (an int32), got {v}")
-  return v
+def _integer(section: str, cfg, name: str, minimum: int = 1) -> int:
+  return checks.integer(f"{section}.{name}", cfg[name], minimum=minimum)
 
 
 def validate_train_config(cfg: ml_collections.ConfigDict) -> None:
-  num_steps = _positive_int("train", cfg, "num_steps")
-  stop = _positive_int("train", cfg, "stop_step", minimum=0)
+  num_steps = _integer("train", cfg, "num_steps")
+  stop = _integer("train", cfg, "stop_step", minimum=0)
   if stop > num_steps:
     raise ValueError(f"train.stop_step = {stop} is past train.num_steps = {num_steps} (0 runs to "
                      "num_steps; the schedules are laid out over num_steps)")
-  _positive_int("train", cfg, "log_every")
-  _positive_int("train", cfg, "checkpoint_every", minimum=0)
-  _positive_int("train", cfg, "keep_checkpoints")
-  _positive_int("train", cfg, "keep_period", minimum=0)
-  _positive_int("train", cfg, "max_nonfinite_steps")
+  _integer("train", cfg, "log_every")
+  _integer("train", cfg, "checkpoint_every", minimum=0)
+  _integer("train", cfg, "keep_checkpoints")
+  _integer("train", cfg, "keep_period", minimum=0)
+  _integer("train", cfg, "max_nonfinite_steps")
   for name in ("progress_bar", "plot", "tensorboard", "document_mask"):
-    if not isinstance(cfg[name], bool):
-      raise TypeError(f"train.{name} must be True or False, got {cfg[name]!r}")
+    checks.flag(f"train.{name}", cfg[name])
 
 
 def validate_eval_config(cfg: ml_collections.ConfigDict) -> None:
-  _positive_int("eval", cfg, "every", minimum=0)
-  _positive_int("eval", cfg, "sequences_per_source")
-  _positive_int("eval", cfg, "sample_tokens", minimum=0)
-  _positive_int("eval", cfg, "top_k", minimum=0)
-  t = cfg.temperature
-  if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0 or t != t or t == float("inf"):
-    raise ValueError(f"eval.temperature must be a finite number > 0, got {t!r}")
+  _integer("eval", cfg, "every", minimum=0)
+  _integer("eval", cfg, "sequences_per_source")
+  _integer("eval", cfg, "sample_tokens", minimum=0)
+  _integer("eval", cfg, "top_k", minimum=0)
+  checks.number("eval.temperature", cfg.temperature, low=0, low_open=True)
   if (not isinstance(cfg.prompts, (list, tuple))
       or not all(isinstance(p, str) and p for p in cfg.prompts)):
     raise TypeError(f"eval.prompts must be a list of non-empty strings, got {cfg.prompts!r}")
@@ -170,9 +148,7 @@ def eval_target(cfg: ml_collections.ConfigDict, sources: tuple[str, ...],
     raise ValueError(f"eval.target names {unknown}, not sources of the run ({list(keys)})")
   w_S = []
   for key, name in keys.items():
-    w = given.get(key, 0.0)
-    if isinstance(w, bool) or not isinstance(w, (int, float)) or not w >= 0 or w == float("inf"):
-      raise ValueError(f"eval.target.{key} must be a finite number >= 0, got {w!r}")
+    w = checks.number(f"eval.target.{key}", given.get(key, 0.0), low=0)
     if w and name not in used:
       raise ValueError(f"eval.target.{key} = {w} weighs a source no geometry lets the run sample "
                        "(it has no held-out loss)")
@@ -223,11 +199,6 @@ def _check_sampling(cfg: ml_collections.ConfigDict, tokenizer: str, mcfg: ModelC
                      "eval.sample_tokens (0 turns samples off)")
 
 
-def mesh_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """The ``mesh`` section (one data-parallel axis over every device by default)."""
-  return config.mesh
-
-
 def _tokenizer_vocab(spec: str) -> int:
   from andrea_jax import data as data_lib
   return data_lib.load_tokenizer(spec).vocab_size
@@ -235,20 +206,18 @@ def _tokenizer_vocab(spec: str) -> int:
 
 def build(config: ml_collections.ConfigDict) -> Run:
   """Validate ``config`` and build the run's static pieces; raises ``ValueError``/``TypeError``."""
-  seed = config.seed
-  if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
-    raise ValueError(f"seed must be an integer in [0, 2**31), got {seed!r}")
+  seed = checks.integer("seed", config.seed, minimum=0)
   sources = sources_lib.check_sources(config.sources)
   validate_train_config(config.train)
   validate_eval_config(config.eval)
   validate_data_config(config.data, sources)
   num_steps = config.train.num_steps
-  tx = optim.make_optimizer(config.optim, num_steps)      # validates the optim section
+  optim_spec = optim.OptimSpec.from_config(config.optim, num_steps)
   mcfg = model_config(config)
   if config.data.seq_len > mcfg.max_len:
     raise ValueError(f"data.seq_len = {config.data.seq_len} exceeds model.max_len = {mcfg.max_len}")
   _check_sampling(config.eval, config.data.tokenizer, mcfg)
-  accum = config.optim.grad_accum_steps
+  accum = optim_spec.grad_accum_steps
   held = collections.Counter(d.process_index for d in jax.devices())
   if len(set(held.values())) > 1:
     # Each process builds an equal slice of the global batch (data.MixtureSampler); every process
@@ -256,7 +225,8 @@ def build(config: ml_collections.ConfigDict) -> Run:
     raise ValueError(f"the processes hold unequal numbers of devices "
                      f"({', '.join(f'process {p}: {n}' for p, n in sorted(held.items()))}): every "
                      "process must hold as many as the others (distributed.local_device_ids)")
-  data, fsdp = sharding.mesh_shape(mesh_config(config), jax.device_count())
+  mesh = sharding.MeshSpec.from_config(config.mesh)
+  data, fsdp = sharding.mesh_shape(mesh, jax.device_count())
   batch, devices = config.data.global_batch_size, data * fsdp
   if batch % (accum * devices):
     # Every micro-batch is split over every device: B = accum x devices x (rows per device).
@@ -280,22 +250,20 @@ def build(config: ml_collections.ConfigDict) -> Run:
                   f"{num_steps}: they never come into force", stacklevel=2)
   target = eval_target(config.eval, sources, tuple(used))
   gain = gain_lib.from_config(config.target_gain, sources=sources, used=tuple(used),
-                              target=target, eps=config.optim.eps, b2=config.optim.b2,
+                              target=target, eps=optim_spec.eps, b2=optim_spec.b2,
                               devices=devices)
   if config.curriculum.mixer.get("reward") == "target_gain" and gain is None:
     raise ValueError("curriculum.mixer.reward = 'target_gain' rewards each source by its target "
                      "gain, which the run does not measure: set target_gain.every > 0 (and "
                      "eval.target)")
-  cliff_cfg = cliff_lib.CliffConfig.from_config(config.cliff)
   step_cfg = step_lib.StepConfig(
-      model=Transformer(mcfg), tx=tx, schedule=optim.learning_rate_schedule(config.optim, num_steps),
-      curriculum_spec=spec, cliff_cfg=cliff_cfg, num_sources=len(sources), grad_accum_steps=accum,
+      model=Transformer(mcfg), tx=optim_spec.transform(), schedule=optim_spec.learning_rate(),
+      curriculum=spec, cliff=cliff_lib.CliffConfig.from_config(config.cliff),
+      num_sources=len(sources), grad_accum_steps=accum,
       max_nonfinite_steps=config.train.max_nonfinite_steps,
       document_mask=config.train.document_mask, target_gain=gain)
   t, e, d = config.train, config.eval, config.data
-  return Run(model_config=mcfg, step_config=step_cfg, curriculum_spec=spec, cliff_cfg=cliff_cfg,
-             sources=sources, used_sources=tuple(used), mesh_shape=(data, fsdp),
-             target=target, seed=seed,
+  return Run(model=mcfg, step=step_cfg, optim=optim_spec,
              train=TrainSpec(num_steps=t.num_steps, stop_step=t.stop_step, log_every=t.log_every,
                              checkpoint_every=t.checkpoint_every,
                              keep_checkpoints=t.keep_checkpoints, keep_period=t.keep_period,
@@ -307,5 +275,5 @@ def build(config: ml_collections.ConfigDict) -> Run:
                            global_batch_size=d.global_batch_size,
                            micro_batch_size=d.global_batch_size // accum, prefetch=d.prefetch,
                            frozen=ml_collections.FrozenConfigDict(d)),
-             mesh=ml_collections.FrozenConfigDict(mesh_config(config)),
+             mesh=mesh, sources=sources, used_sources=tuple(used), target=target, seed=seed,
              record=config.to_dict())

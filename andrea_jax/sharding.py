@@ -31,6 +31,7 @@ Multi-host: each process builds only the rows of the global batch its devices ho
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -38,6 +39,8 @@ import jax
 import ml_collections
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from andrea_jax import checks
 
 PyTree = Any
 
@@ -54,32 +57,38 @@ def mesh_section() -> ml_collections.ConfigDict:
   return m
 
 
-def _int_field(cfg, name: str, minimum: int) -> int:
-  v = cfg[name]
-  if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-    raise TypeError(f"mesh.{name} must be an integer, got {v!r}")
-  if v < minimum:
-    raise ValueError(f"mesh.{name} must be >= {minimum}, got {v}")
-  return int(v)
+@dataclasses.dataclass(frozen=True)
+class MeshSpec:
+  """The ``mesh`` section, validated (:meth:`from_config`): ``data`` devices on the
+  data-parallel axis (-1: all that ``fsdp`` leaves), ``fsdp`` on the fully-sharded one, and the
+  smallest parameter (elements) that FSDP splits."""
+  data: int = -1
+  fsdp: int = 1
+  fsdp_min_size: int = 2**16
+
+  @classmethod
+  def from_config(cls, cfg) -> "MeshSpec":
+    """Each field checked, the error naming ``mesh.<field>`` and the value."""
+    fsdp = checks.integer("mesh.fsdp", cfg.fsdp, minimum=1)
+    min_size = checks.integer("mesh.fsdp_min_size", cfg.fsdp_min_size, minimum=0, int32=False)
+    data = checks.integer("mesh.data", cfg.data, minimum=-1)
+    if data == 0:
+      raise ValueError("mesh.data must be -1 (all remaining devices) or an integer >= 1, got 0")
+    return cls(data=data, fsdp=fsdp, fsdp_min_size=min_size)
 
 
-def mesh_shape(cfg: ml_collections.ConfigDict, device_count: int) -> tuple[int, int]:
+def mesh_shape(cfg: MeshSpec | ml_collections.ConfigDict, device_count: int) -> tuple[int, int]:
   """``(data, fsdp)`` sizes for ``device_count`` devices; validates the ``mesh`` section.
 
   ``mesh.data = -1`` resolves to ``device_count / mesh.fsdp``. The product must equal the device
   count (a mesh that leaves devices idle is almost always a mistake).
 
   Example:
-    >>> mesh_shape(ml_collections.ConfigDict(dict(data=-1, fsdp=4, fsdp_min_size=1)), 8)
+    >>> mesh_shape(MeshSpec(data=-1, fsdp=4), 8)
     (2, 4)
   """
-  fsdp = _int_field(cfg, "fsdp", 1)
-  _int_field(cfg, "fsdp_min_size", 0)
-  data = cfg.data
-  if (isinstance(data, bool) or not isinstance(data, (int, np.integer))
-      or not (data == -1 or data >= 1)):
-    raise ValueError(f"mesh.data must be -1 (all remaining devices) or an integer >= 1, "
-                     f"got {data!r}")
+  spec = cfg if isinstance(cfg, MeshSpec) else MeshSpec.from_config(cfg)
+  data, fsdp = spec.data, spec.fsdp
   if data == -1:
     if device_count % fsdp:
       raise ValueError(f"mesh.fsdp = {fsdp} does not divide the {device_count} devices")
@@ -105,7 +114,7 @@ def _process_contiguous(devices_flat: Sequence[Any]) -> bool:
   return True
 
 
-def make_mesh(cfg: ml_collections.ConfigDict, devices: Sequence[Any] | None = None) -> Mesh:
+def make_mesh(cfg: MeshSpec | ml_collections.ConfigDict, devices: Sequence[Any] | None = None) -> Mesh:
   """The ``("data", "fsdp")`` mesh over ``devices`` (default: all devices of all processes).
 
   Devices come in ``jax.make_mesh``'s topology-aware order. Flattened, the mesh order is the batch

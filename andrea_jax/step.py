@@ -68,8 +68,8 @@ class StepConfig:
   model: Transformer
   tx: optax.GradientTransformation
   schedule: Callable[[jax.Array], jax.Array]
-  curriculum_spec: curriculum.CurriculumSpec
-  cliff_cfg: cliff_lib.CliffConfig
+  curriculum: curriculum.CurriculumSpec
+  cliff: cliff_lib.CliffConfig
   num_sources: int
   grad_accum_steps: int = 1
   max_nonfinite_steps: int = 5
@@ -270,14 +270,14 @@ def train_step(cfg: StepConfig, state: TrainState, batch: Batch) -> tuple[TrainS
                                                          grads, loss)
 
   losses_S = loss_sum_S / jnp.maximum(tokens_S, 1.0)
-  cur = curriculum.update(cfg.curriculum_spec, state.curriculum, step, losses_S,
+  cur = curriculum.update(cfg.curriculum, state.curriculum, step, losses_S,
                           jnp.where(finite, tokens_S, 0.0), gain_S)
-  cliff_state, event = cliff_lib.cliff_update(cfg.cliff_cfg, state.cliff, step, loss, losses_S,
+  cliff_state, event = cliff_lib.cliff_update(cfg.cliff, state.cliff, step, loss, losses_S,
                                               jnp.where(finite, tokens_S, 0.0))
-  if cfg.cliff_cfg.respond:
+  if cfg.cliff.respond:
     # The flagged source gets a ceiling of 0 from the next undecided phase on (as the polish did).
     cur = jax.lax.cond(event.exclude,
-                       lambda c: curriculum.exclude(cfg.curriculum_spec, c, cliff_state.excluded_S),
+                       lambda c: curriculum.exclude(cfg.curriculum, c, cliff_state.excluded_S),
                        lambda c: c, cur)
 
   streak = jnp.where(finite, 0, state.nonfinite_streak + 1)
@@ -294,7 +294,7 @@ def train_step(cfg: StepConfig, state: TrainState, batch: Batch) -> tuple[TrainS
       "source_loss": losses_S,
       "source_tokens": tokens_S,
       "schedule": curriculum.schedule(cur),
-      "curriculum": curriculum.metrics(cfg.curriculum_spec, cur),
+      "curriculum": curriculum.metrics(cfg.curriculum, cur),
       "cliff": event,
       "halted_at": halted_at,
   }
@@ -312,7 +312,7 @@ def jit_step(cfg: StepConfig, state_sharding: PyTree | None = None,
   process can read them.
 
   Example:
-    >>> step_fn = jit_step(run.step_config, state_shardings, batch_sharding(mesh))
+    >>> step_fn = jit_step(run.step, state_shardings, batch_sharding(mesh))
     >>> state, metrics = step_fn(state, batch)
   """
   kw = {}

@@ -115,7 +115,7 @@ def train_loop(run: runconfig.Run, rd: rundir_lib.RunDir, opened: Opened, start:
   when a signal stopped it). Stops with :class:`andrea_jax.workdir.WorkdirLost` if another run
   took the workdir's lock."""
   feed = feed_lib.ScheduleFeed(curriculum.schedule(opened.state.curriculum), start,
-                               run.curriculum_spec.decision_lag)
+                               run.curriculum.decision_lag)
   batches = feed_lib.batches(run, opened.data, opened.batch_sharding, feed, start, end)
   loop = _LoopState(opened.state, saved=set(rd.checkpoints.all_steps()))
   bar = _progress_bar(run, start, end)
@@ -178,8 +178,8 @@ def _logging(run: runconfig.Run, rd: rundir_lib.RunDir, feed: feed_lib.ScheduleF
   ``flush``, which reads and writes the pending step's record."""
   pending: list[tuple[int, dict]] = []
   tokens_per_step = run.data.global_batch_size * run.data.seq_len   # global
-  flops = flops_per_token(run.model_config, run.data.seq_len)
-  peak = runconfig.peak_flops()   # this process's devices
+  flops = flops_per_token(run.model, run.data.seq_len)
+  peak = logs.peak_flops()   # this process's devices
   peak = peak * jax.process_count() if peak else None
   last = [time.perf_counter(), start]   # the time and step of the last throughput record
 
@@ -202,13 +202,13 @@ def _logging(run: runconfig.Run, rd: rundir_lib.RunDir, feed: feed_lib.ScheduleF
       t, metrics = pending.pop(0)
       m = jax.device_get(metrics)
       _raise_if_halted(run, m["halted_at"])
-      rec = logs.step_record(run.sources, run.curriculum_spec.labels, m, feed.used(t))
+      rec = logs.step_record(run.sources, run.curriculum.labels, m, feed.used(t))
       rd.logger.write(rec)
       if bar is not None:
         bar.set_description(f"loss {rec['loss']:.3f}")
       if "cliff/source" in rec:
-        print("\n" + logs.cliff_message(rec, t, run.curriculum_spec.geometry_names,
-                                        run.cliff_cfg.respond))
+        print("\n" + logs.cliff_message(rec, t, run.curriculum.geometry_names,
+                                        run.cliff.respond))
 
   return log, flush
 
@@ -263,13 +263,13 @@ def run_keys(seed: int) -> dict[str, jax.Array]:
 
 def init_state(run: runconfig.Run, keys: dict[str, jax.Array]) -> step_lib.TrainState:
   """A fresh training state: initialised parameters, optimizer, curriculum and detector states."""
-  params = init_params(run.model_config, keys["params"])
+  params = init_params(run.model, keys["params"])
   return step_lib.TrainState(
       step=jnp.zeros((), jnp.int32),
       params=params,
-      opt_state=run.step_config.tx.init(params),
-      curriculum=curriculum.init(run.curriculum_spec, keys["curriculum"]),
-      cliff=cliff_lib.cliff_init(len(run.sources), run.cliff_cfg.window),
+      opt_state=run.step.tx.init(params),
+      curriculum=curriculum.init(run.curriculum, keys["curriculum"]),
+      cliff=cliff_lib.cliff_init(len(run.sources), run.cliff.window),
       nonfinite_streak=jnp.zeros((), jnp.int32),
       halted_at=jnp.full((), -1, jnp.int32),
   )
@@ -289,7 +289,7 @@ def setup(run: runconfig.Run) -> Opened:
   return Opened(
       tokenizer=tokenizer, data=data, data_digest=resume_lib.training_data_digest(data),
       keys=keys, mesh=mesh, batch_sharding=batch_sharding,
-      step_fn=step_lib.jit_step(run.step_config, state_shardings, batch_sharding), state=state)
+      step_fn=step_lib.jit_step(run.step, state_shardings, batch_sharding), state=state)
 
 
 def _finish(run: runconfig.Run, workdir: str, summary: dict, end: int) -> dict:
@@ -301,7 +301,7 @@ def _finish(run: runconfig.Run, workdir: str, summary: dict, end: int) -> dict:
   if interrupted:
     return summary
   if jax.process_index() == 0 and run.train.plot:
-    regimes = list(zip(run.curriculum_spec.starts.tolist(), run.curriculum_spec.geometry_names))
+    regimes = list(zip(run.curriculum.starts.tolist(), run.curriculum.geometry_names))
     summary["plot"] = plots.summary_plot(workdir, run.sources, regimes)
   written = {"metrics.jsonl": True, "samples.txt": "samples" in summary["final_eval"],
              "summary.png": "plot" in summary, "tensorboard/": run.train.tensorboard,
@@ -314,7 +314,7 @@ def _raise_if_halted(run: runconfig.Run, halted_at) -> None:
   """``TrainingHalted`` when a streak of non-finite steps reached the limit (``halted_at >= 0``)."""
   first = int(jax.device_get(halted_at))
   if first >= 0:
-    limit = run.step_config.max_nonfinite_steps
+    limit = run.step.max_nonfinite_steps
     raise TrainingHalted(
         f"{limit} consecutive steps with a non-finite loss, gradient or update (steps "
         f"{first}..{first + limit - 1}); they were skipped and the weights are unchanged. Lower "

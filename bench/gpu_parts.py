@@ -59,9 +59,9 @@ def _programs(run, spec: dict, state, batch):
   from andrea_jax import step as step_lib
   from andrea_jax import xent
 
-  m = run.model_config
-  earlier = gpu_step.step_config(run, dict(spec, **gpu.LEVERS_OFF))
-  now = gpu_step.step_config(run, dict(spec, **gpu.LEVERS_ON))
+  m = run.model
+  earlier = gpu_step.step(run, dict(spec, **gpu.LEVERS_OFF))
+  now = gpu_step.step(run, dict(spec, **gpu.LEVERS_ON))
   B, T, D = spec["batch"], spec["seq_len"], m.d_model
   weights_BxT = step_lib.loss_weights(batch)
   n = jnp.maximum(weights_BxT.sum(), 1.0)
@@ -113,7 +113,7 @@ def measure(spec: dict, hlo_dir: str) -> dict:
   run = runconfig.build(gpu_step.config(spec))
   state = jax.jit(lambda: train.init_state(run, train.run_keys(0)))()
   batch = {k: jax.device_put(v) for k, v in gpu_step.synthetic_batch(
-      spec["batch"], spec["seq_len"], run.model_config.vocab_size, False).items()}
+      spec["batch"], spec["seq_len"], run.model.vocab_size, False).items()}
   out: dict = {}
   for part, forms in _programs(run, spec, state, batch).items():
     out[part] = {}

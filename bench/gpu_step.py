@@ -46,8 +46,8 @@ def step_config(run, spec: dict):
   """The run's step with the row's levers: the fused loss, the lean update, the split qkv."""
   from andrea_jax import xent
   from andrea_jax.model import Transformer
-  model = Transformer(dataclasses.replace(run.model_config, split_qkv=spec["split_qkv"]))
-  return dataclasses.replace(run.step_config, model=model, lean_update=spec["lean_update"],
+  model = Transformer(dataclasses.replace(run.model, split_qkv=spec["split_qkv"]))
+  return dataclasses.replace(run.step, model=model, lean_update=spec["lean_update"],
                              xent=xent.XentConfig() if spec["fused_loss"] else None)
 
 
@@ -82,6 +82,7 @@ def measure(spec: dict, hlo_dir: str) -> dict:
   import numpy as np
 
   from andrea_jax import runconfig
+  from andrea_jax import logs
   from andrea_jax import sharding
   from andrea_jax import step as step_lib
   from andrea_jax import train
@@ -96,7 +97,7 @@ def measure(spec: dict, hlo_dir: str) -> dict:
       lambda s: sharding.state_shardings(s, mesh, c.mesh.fsdp_min_size))
   batch_sh = sharding.batch_sharding(mesh)
   batch = sharding.global_batch(
-      synthetic_batch(spec["batch"], spec["seq_len"], run.model_config.vocab_size, spec["packed"]),
+      synthetic_batch(spec["batch"], spec["seq_len"], run.model.vocab_size, spec["packed"]),
       batch_sh, spec["batch"])
   t0 = time.perf_counter()
   compiled = step_lib.jit_step(step_config(run, spec), state_sh, batch_sh).lower(
@@ -114,8 +115,8 @@ def measure(spec: dict, hlo_dir: str) -> dict:
   loss = float(jax.block_until_ready(metrics["loss"]))
   elapsed = time.perf_counter() - t0
   tokens_per_s = spec["batch"] * spec["seq_len"] * spec["steps"] / elapsed
-  peak = runconfig.peak_flops(device)
-  flops = flops_per_token(run.model_config, spec["seq_len"])
+  peak = logs.peak_flops(device)
+  flops = flops_per_token(run.model, spec["seq_len"])
   stats = device.memory_stats() or {}
   return {"tokens_per_s": tokens_per_s, "step_s": elapsed / spec["steps"], "compile_s": compile_s,
           "mfu": tokens_per_s * flops / peak if peak else None, "flops_per_token": flops,

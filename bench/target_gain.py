@@ -36,10 +36,10 @@ def _config(measure: bool, rows_per_source: int, target_rows: int):
 def _timer(c, key):
   run = runconfig.build(c)
   state = train.init_state(run, train.run_keys(0))
-  vocab, seq = run.model_config.vocab_size, c.data.seq_len
+  vocab, seq = run.model.vocab_size, c.data.seq_len
   k1, k2, k3 = jax.random.split(key, 3)
   batch = random_batch(k1, c.data.global_batch_size, seq, vocab, len(run.sources))
-  gain = run.step_config.target_gain
+  gain = run.step.target_gain
   if gain is not None:
     probe = random_batch(k2, gain.probe_rows, seq, vocab, 1)
     used = np.flatnonzero(gain.measured)
@@ -47,7 +47,7 @@ def _timer(c, key):
     batch.update({target_gain.PROBE + k: v for k, v in probe.items()})
     batch.update({target_gain.TARGET + k: v for k, v in random_batch(
         k3, gain.target_rows, seq, vocab, len(run.sources)).items()})
-  step = step_lib.jit_step(run.step_config)
+  step = step_lib.jit_step(run.step)
   state, m = step(state, batch)
   jax.block_until_ready(m["loss"])
 

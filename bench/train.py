@@ -25,6 +25,7 @@ import numpy as np
 
 from andrea_jax import cliff as cliff_lib
 from andrea_jax import curriculum
+from andrea_jax import logs
 from andrea_jax import runconfig
 from andrea_jax import step as step_lib
 from andrea_jax import train
@@ -68,7 +69,7 @@ def fixed_mixture():
 def build(config):
   run = runconfig.build(config)
   state = jax.jit(lambda: train.init_state(run, train.run_keys(0)))()
-  return run, state, step_lib.jit_step(run.step_config)
+  return run, state, step_lib.jit_step(run.step)
 
 
 def time_steps(step_fn, state, batch, n):
@@ -102,7 +103,7 @@ def main():
   batch, seq_len = 32, 128
   config = tiny_config(batch, seq_len)
   run, state, full_step = build(config)
-  data = random_batch(jax.random.PRNGKey(0), batch, seq_len, run.model_config.vocab_size,
+  data = random_batch(jax.random.PRNGKey(0), batch, seq_len, run.model.vocab_size,
                       len(run.sources))
   with fixed_mixture():   # compile (trace) the fixed-mixture step while the identities are in place
     _, state_f, fixed_step = build(config)
@@ -115,8 +116,8 @@ def main():
     fixed_t.append(t)
   full, fixed = float(np.median(full_t)), float(np.median(fixed_t))
   tokens = batch * seq_len
-  flops = flops_per_token(run.model_config, seq_len)
-  peak = runconfig.peak_flops()
+  flops = flops_per_token(run.model, seq_len)
+  peak = logs.peak_flops()
   peak_note = "device peak"
   if peak is None:
     peak, peak_note = matmul_flops(), "vs measured f32 matmul FLOP/s"
@@ -137,11 +138,11 @@ def main():
     c = tiny_config(64, 1024)
     c.model.update(andrea_120m(dtype="bfloat16").to_dict())
     run, state, step_fn = build(c)
-    data = random_batch(jax.random.PRNGKey(0), 64, 1024, run.model_config.vocab_size, 16)
+    data = random_batch(jax.random.PRNGKey(0), 64, 1024, run.model.vocab_size, 16)
     _, t = time_steps(step_fn, state, data, steps)
     tps = 64 * 1024 / t
     print(f"{'andrea_120m bf16, full step':44s} {'64x1024':>8s} {tps:>10,.0f} "
-          f"{tps * flops_per_token(run.model_config, 1024) / runconfig.peak_flops():>6.1%}")
+          f"{tps * flops_per_token(run.model, 1024) / logs.peak_flops():>6.1%}")
 
 
 if __name__ == "__main__":

@@ -71,7 +71,7 @@ def test_each_vmapped_variant_equals_the_variant_trained_alone(result):
     c.model.init_std = v.get("init_std", c.model.init_std)
     run = runconfig.build(c)
     state = jax.jit(lambda: train.init_state(run, train.run_keys(c.seed)))()
-    step_fn = step_lib.jit_step(run.step_config)
+    step_fn = step_lib.jit_step(run.step)
     losses, lrs, evals = [], [], []
     for t, batch in enumerate(batches):
       state, m = step_fn(state, {key: jnp.asarray(x) for key, x in batch.items()})
@@ -109,7 +109,7 @@ def test_samples_are_each_variants_own_generation(result):
   key = jax.random.fold_in(jax.random.fold_in(train.run_keys(c.seed)["eval"], STEPS), 1)
   prompt = np.array([[tokenizer.eod_id, *tokenizer.encode("Q: A")]], np.int32)
   k = 1
-  toks = generate(result.variant_params(k), run.model_config, jnp.asarray(prompt), key,
+  toks = generate(result.variant_params(k), run.model, jnp.asarray(prompt), key,
                   max_new_tokens=6, temperature=c.eval.temperature, top_k=c.eval.top_k)
   new = np.asarray(toks)[0, prompt.shape[1]:]
   sample = result.samples[k][1]

@@ -32,7 +32,7 @@ def configs():
 def test_every_variant_validates_as_andrea_120m(configs):
   for name, c in configs.items():
     run = runconfig.build(c)
-    m = run.model_config
+    m = run.model
     assert (m.num_layers, m.num_heads, m.d_model, m.d_mlp, m.max_len, m.head_dim) == (
         12, 12, 768, 3072, 1024, 64), name
     # GPT-2's vocabulary: GPT-2 small's 124M parameters (its tied embedding padded to 50,304
@@ -44,7 +44,7 @@ def test_every_variant_validates_as_andrea_120m(configs):
     assert c.data.global_batch_size * c.data.seq_len == 524_288, name   # 0.5M tokens per step
     assert c.data.global_batch_size % (8 * c.optim.grad_accum_steps) == 0, name   # 8 GPUs
     if name != "v1":
-      assert run.curriculum_spec.starts.tolist()[:2] == [0, 20_000], name
+      assert run.curriculum.starts.tolist()[:2] == [0, 20_000], name
     # The basin at ~112K can be measured after the run: that checkpoint is kept.
     assert 112_000 % c.train.keep_period == 0 and 112_000 % c.train.checkpoint_every == 0, name
 
@@ -55,14 +55,14 @@ def test_variants_differ_only_where_the_seed_says(configs):
   differ = {k for k in set(v1) | set(v2) if v1.get(k) != v2.get(k)}
   assert {k for k in differ if not k.startswith("curriculum.geometries.")} == {"optim.warmup_steps"}
   assert (v1["optim.warmup_steps"], v2["optim.warmup_steps"]) == (0, 2000)
-  s1, s2 = (runconfig.build(configs[v]).curriculum_spec for v in ("v1", "v2"))
+  s1, s2 = (runconfig.build(configs[v]).curriculum for v in ("v1", "v2"))
   assert s1.starts.tolist() == [0] and (s1.uppers == 1).all() and (s1.lowers == 0).all()
   assert s2.starts.tolist() == [0, 20_000] and int((s2.uppers[0] == 0).sum()) == 9
   added = set(v3) - set(v2)
   assert added and all(k.startswith("curriculum.geometries.v3_polish.") for k in added)
   assert set(v2) <= set(v3) and all(v2[k] == v3[k] for k in v2)
   assert v3["curriculum.geometries.v3_polish.start_step"] == 112_619
-  polish = runconfig.build(configs["v3"]).curriculum_spec
+  polish = runconfig.build(configs["v3"]).curriculum
   assert polish.starts.tolist() == [0, 20_000, 112_619]
 
 

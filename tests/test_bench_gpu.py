@@ -267,16 +267,16 @@ def test_every_bench_row_builds_a_valid_run(name, cpu):
   spec = dict(gpu.ROWS[name], name=name, cpu=cpu, batch=4 if cpu else 64,
               seq_len=64 if cpu else 1024, steps=1)
   run = runconfig.build(gpu_step.config(spec))
-  m = run.model_config
+  m = run.model
   if cpu:   # the tiny model; cuDNN rows run the "auto" attention, XLA's on a CPU
     assert (m.num_layers, m.d_model, m.max_len) == (2, 64, 64)
     assert m.attention_impl == ("auto" if spec["attn"] == "cudnn" else spec["attn"])
   else:
     assert (m.num_layers, m.d_model, m.dtype) == (12, 768, "bfloat16")
     assert m.attention_impl == spec["attn"]
-  assert run.step_config.document_mask == spec["packed"] and m.remat == spec["remat"]
-  assert run.step_config.grad_accum_steps == spec["accum"]
-  step = gpu_step.step_config(run, spec)
+  assert run.step.document_mask == spec["packed"] and m.remat == spec["remat"]
+  assert run.step.grad_accum_steps == spec["accum"]
+  step = gpu_step.step(run, spec)
   assert (step.xent is not None, step.lean_update, step.model.config.split_qkv) == (
       spec["fused_loss"], spec["lean_update"], spec["split_qkv"])
 
@@ -301,7 +301,7 @@ def test_curriculum_runs_overrides_validate_on_andrea_120m(cpu):
     # As the launcher does after parsing: the mixer's name switches its section.
     registry.apply_name_override(c, {"curriculum.mixer.name": strategy})
     run = runconfig.build(c)
-    assert run.curriculum_spec.mixer_name == strategy
+    assert run.curriculum.mixer_name == strategy
     assert (c.data.global_batch_size, c.optim.grad_accum_steps) == ((8, 1) if cpu else (64, 1))
     assert c.train.stop_step == 200 and c.train.num_steps == 200_000
 

@@ -132,7 +132,7 @@ def test_a_run_on_assistant_turns_trains_on_the_masked_loss_and_resumes_bit_iden
   _check_masks_against_the_text(data, batch, run.sources)
   counted = (batch["loss_mask"] > 0) & (batch["segment_ids"] > 0)
   assert 0 < counted.sum() < counted.size
-  nll = _nll(run.step_config.model, state.params, batch)
+  nll = _nll(run.step.model, state.params, batch)
   first = next(r for r in records if r["step"] == 0)
   assert first["loss"] == pytest.approx(float((nll * counted).sum() / counted.sum()), rel=1e-5)
   every = batch["segment_ids"] > 0
@@ -152,7 +152,7 @@ def test_a_run_on_assistant_turns_trains_on_the_masked_loss_and_resumes_bit_iden
   assert "eval/loss_all_tokens/books" not in final
   evaluator = eval_lib.Evaluator(run, data, tok, jax.random.key(0))
   held = evaluator.batch
-  nll = _nll(run.step_config.model, state.params, held)
+  nll = _nll(run.step.model, state.params, held)
   losses, every = evaluator.losses_and_all_tokens(state.params)
   for i, name in enumerate(run.sources):
     rows = held["source_ids"] == i

@@ -41,7 +41,7 @@ def _setup(c):
 
 def _by_hand(run, params, batch) -> dict[str, float]:
   """Mean cross-entropy per source, one row at a time through the model, log-softmax in numpy."""
-  model = run.step_config.model
+  model = run.step.model
   sums, counts = {}, {}
   for i in range(len(batch["inputs"])):
     row = {k: v[i:i + 1] for k, v in batch.items()}

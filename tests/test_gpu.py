@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from andrea_jax import model as m
+from andrea_jax import logs
 from andrea_jax import runconfig
 from andrea_jax import step as step_lib
 from andrea_jax import train
@@ -100,7 +101,7 @@ def test_train_step_with_cudnn_in_bf16_matches_float32():
     tokens = rng.integers(0, 257, size=(16, 33)).astype(np.int32)
     batch = {"inputs": tokens[:, :-1], "targets": tokens[:, 1:], "segment_ids": seg,
              "positions": _positions(seg), "source_ids": np.arange(16, dtype=np.int32) % 16}
-    fn = step_lib.jit_step(run.step_config)
+    fn = step_lib.jit_step(run.step)
     hlo = fn.lower(state, batch).compile().as_text()
     _, metrics = fn(state, batch)
     return metrics, "cudnn$fmha" in hlo
@@ -114,11 +115,11 @@ def test_train_step_with_cudnn_in_bf16_matches_float32():
 
 
 def test_peak_flops_known_for_this_gpu():
-  # MFU is reported only for a device of runconfig.PEAK_FLOPS: an H100/H200 must be among them.
+  # MFU is reported only for a device of logs.PEAK_FLOPS: an H100/H200 must be among them.
   kind = jax.devices()[0].device_kind
   if not any(name in kind for name in ("H100", "H200", "A100")):
     pytest.skip(f"{kind!r} is not the GPU the targets are set for")
-  assert runconfig.peak_flops(jax.devices()[0]) is not None
+  assert logs.peak_flops(jax.devices()[0]) is not None
 
 
 def test_fused_loss_in_bf16_on_the_gpu_matches_float64():

@@ -16,7 +16,7 @@ PACKAGE = REPO / "andrea_jax"
 
 # The layers, lowest first: a module may import its own layer and the layers below, never above.
 LAYERS = (
-    {"sources", "attention", "model", "simplex", "heads", "optim", "repetition", "storage",
+    {"checks", "sources", "attention", "model", "simplex", "heads", "optim", "repetition", "storage",
      "signals", "xent"},
     {"curriculum", "data", "cliff", "generate", "convert", "sharding", "distributed", "workdir",
      "target_gain"},

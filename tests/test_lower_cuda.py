@@ -1,7 +1,7 @@
 """The real training step lowered (not run) for CUDA and for TPU at ANDREA-120M's shapes, on any
 machine.
 
-``jit_step(run.step_config, state_shardings, batch_sharding)`` of experiments/andrea120m.py (bf16
+``jit_step(run.step, state_shardings, batch_sharding)`` of experiments/andrea120m.py (bf16
 compute, B=64, T=1024, one device's mesh) is traced on abstract values (``jax.eval_shape``: nothing
 124M-sized is allocated) and lowered for the ``cuda`` platform, with the XLA and the cuDNN
 attention, with and without the document mask and remat, and for the ``tpu`` platform with the XLA
@@ -48,7 +48,7 @@ def _lower_step(attention: str, document_mask: bool, remat: bool, platform: str 
   int_BxT = jax.ShapeDtypeStruct((B, T), jnp.int32, sharding=batch_sh)
   batch = {"inputs": int_BxT, "targets": int_BxT, "segment_ids": int_BxT, "positions": int_BxT,
            "source_ids": jax.ShapeDtypeStruct((B,), jnp.int32, sharding=batch_sh)}
-  traced = step_lib.jit_step(run.step_config, state_sh, batch_sh).trace(state, batch)
+  traced = step_lib.jit_step(run.step, state_sh, batch_sh).trace(state, batch)
   # On a GPU the default platform is CUDA already.
   native = platform == "cuda" and ON_GPU
   lowered = traced.lower() if native else traced.lower(lowering_platforms=(platform,))

@@ -18,14 +18,14 @@ def _cfg(**kw):
 def test_cosine_schedule_equals_optax_for_static_values():
   ref = optax.warmup_cosine_decay_schedule(
       init_value=0.0, peak_value=3e-4, warmup_steps=2000, decay_steps=20_000, end_value=3e-5)
-  sched = optim.learning_rate_schedule(_cfg(), total_steps=20_000)
+  sched = optim.OptimSpec.from_config(_cfg(), 20_000).learning_rate()
   for t in [0, 1, 999, 1999, 2000, 2001, 7000, 15000, 19999, 20000, 25000]:
     np.testing.assert_allclose(float(sched(t)), float(ref(t)), rtol=1e-5, atol=1e-12)
 
 
 def test_v1_takes_its_first_step_at_the_peak_and_v2_ramps_from_zero():
-  v1 = optim.learning_rate_schedule(_cfg(warmup_steps=0), total_steps=200_000)
-  v2 = optim.learning_rate_schedule(_cfg(warmup_steps=2000), total_steps=200_000)
+  v1 = optim.OptimSpec.from_config(_cfg(warmup_steps=0), 200_000).learning_rate()
+  v2 = optim.OptimSpec.from_config(_cfg(warmup_steps=2000), 200_000).learning_rate()
   assert float(v1(0)) == pytest.approx(3e-4)
   assert float(v2(0)) == 0.0
   assert float(v2(1000)) == pytest.approx(1.5e-4)   # halfway up the linear ramp
@@ -33,8 +33,8 @@ def test_v1_takes_its_first_step_at_the_peak_and_v2_ramps_from_zero():
 
 
 def test_wsd_is_flat_then_linear_to_the_floor():
-  s = optim.learning_rate_schedule(_cfg(schedule="wsd", warmup_steps=10, decay_steps=20),
-                                   total_steps=100)
+  s = optim.OptimSpec.from_config(_cfg(schedule="wsd", warmup_steps=10, decay_steps=20),
+                                  100).learning_rate()
   assert float(s(50)) == pytest.approx(3e-4)
   assert float(s(80)) == pytest.approx(3e-4)
   assert float(s(90)) == pytest.approx(3e-4 - 0.5 * 0.9 * 3e-4)   # halfway down to 10%
@@ -50,8 +50,8 @@ def test_warmup_length_may_be_traced_under_vmap():
 
 def test_weight_decay_touches_matrices_only():
   params = {"kernel": jnp.ones((2, 2)), "bias": jnp.ones((2,)), "scale": jnp.ones((2,))}
-  tx = optim.make_optimizer(_cfg(peak_lr=0.1, warmup_steps=0, schedule="constant",
-                                 weight_decay=0.5, grad_clip=0.0), total_steps=10)
+  tx = optim.OptimSpec.from_config(_cfg(peak_lr=0.1, warmup_steps=0, schedule="constant",
+                                 weight_decay=0.5, grad_clip=0.0), 10).transform()
   zero = jax.tree.map(jnp.zeros_like, params)
   updates, _ = tx.update(zero, tx.init(params), params)
   # With zero gradients Adam's direction is 0, so the update is the decay term alone: -lr * wd * p.
@@ -64,7 +64,7 @@ def test_clipping_happens_before_adam():
   # With a large eps Adam's update depends on the gradient's scale, so clipping is visible:
   # the chain must equal plain AdamW fed the clipped gradient g / ||g||.
   kw = dict(peak_lr=0.1, warmup_steps=0, schedule="constant", eps=1.0, weight_decay=0.0)
-  tx = optim.make_optimizer(_cfg(grad_clip=1.0, **kw), total_steps=10)
+  tx = optim.OptimSpec.from_config(_cfg(grad_clip=1.0, **kw), 10).transform()
   params = {"a": jnp.zeros((3,))}
   g = {"a": jnp.array([30.0, 40.0, 0.0])}             # norm 50
   got, _ = tx.update(g, tx.init(params), params)

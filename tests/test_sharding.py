@@ -100,7 +100,8 @@ def test_runconfig_rejects_a_mesh_or_batch_that_does_not_fit_before_compiling():
   with pytest.raises(ValueError, match=r"data.global_batch_size = 16 is not a multiple of "
                                        r"optim.grad_accum_steps x devices = 3 x 1"):
     runconfig.build(c)
-  assert runconfig.build(small_run_config()).mesh_shape == (1, 1)
+  mesh = runconfig.build(small_run_config()).mesh
+  assert sharding.mesh_shape(mesh, 1) == (1, 1) and (mesh.data, mesh.fsdp) == (-1, 1)
 
 
 def test_fsdp_rule_on_hand_worked_shapes():

@@ -38,7 +38,7 @@ def test_one_step_golden_against_pytorch():
   c = small_run_config()
   c.optim.update(warmup_steps=0, schedule="constant", peak_lr=1e-3, weight_decay=0.1, grad_clip=1.0)
   run = runconfig.build(c)
-  mcfg = run.model_config
+  mcfg = run.model
   state = jax.jit(lambda: train.init_state(run, train.run_keys(0)))()
   batch = _fixed_batch(np.random.default_rng(0), 4, 32, mcfg.vocab_size, 16)
 
@@ -62,7 +62,7 @@ def test_one_step_golden_against_pytorch():
   ref_norm = torch.nn.utils.clip_grad_norm_(hf.parameters(), 1.0)
   opt.step()
 
-  step_fn = step_lib.jit_step(run.step_config)
+  step_fn = step_lib.jit_step(run.step)
   new_state, metrics = step_fn(state, {k: jnp.asarray(v) for k, v in batch.items()})
   assert float(metrics["loss"]) == pytest.approx(ref_loss.item(), rel=1e-5)
   assert float(metrics["grad_norm"]) == pytest.approx(float(ref_norm), rel=1e-4)
@@ -90,10 +90,10 @@ def test_gradient_accumulation_equals_the_full_batch():
   run1 = runconfig.build(c)
   c.optim.grad_accum_steps = 4
   run4 = runconfig.build(c)
-  params = init_params(run1.model_config, jax.random.PRNGKey(1))
+  params = init_params(run1.model, jax.random.PRNGKey(1))
   batch = {k: jnp.asarray(v) for k, v in _fixed_batch(np.random.default_rng(1), 8, 32, 257, 16).items()}
-  l1, g1, s1, t1 = step_lib.loss_and_grads(run1.step_config, params, batch)
-  l4, g4, s4, t4 = step_lib.loss_and_grads(run4.step_config, params, batch)
+  l1, g1, s1, t1 = step_lib.loss_and_grads(run1.step, params, batch)
+  l4, g4, s4, t4 = step_lib.loss_and_grads(run4.step, params, batch)
   np.testing.assert_allclose(l1, l4, rtol=1e-6)
   np.testing.assert_allclose(s1, s4, rtol=1e-5)
   np.testing.assert_array_equal(t1, t4)
@@ -114,7 +114,7 @@ def test_non_finite_steps_change_nothing_and_halt_after_the_limit():
       state.params)
   state = state.replace(params=params)
   batch = {k: jnp.asarray(v) for k, v in _fixed_batch(np.random.default_rng(2), 4, 32, 257, 16).items()}
-  step_fn = jax.jit(lambda s, b: step_lib.train_step(run.step_config, s, b))
+  step_fn = jax.jit(lambda s, b: step_lib.train_step(run.step, s, b))
   before = jax.device_get(state)
   halted = []
   for _ in range(4):
@@ -137,7 +137,7 @@ def test_a_non_finite_update_from_a_finite_gradient_changes_nothing():
   import dataclasses
   c = small_run_config()
   run = runconfig.build(c)
-  cfg = dataclasses.replace(run.step_config, tx=optax.scale(float("inf")))
+  cfg = dataclasses.replace(run.step, tx=optax.scale(float("inf")))
   state = jax.jit(lambda: train.init_state(run, train.run_keys(0)))()
   state = state.replace(opt_state=cfg.tx.init(state.params))
   batch = {k: jnp.asarray(v) for k, v in _fixed_batch(np.random.default_rng(2), 4, 32, 257, 16).items()}
@@ -162,8 +162,8 @@ def _batch(segment_ids_BxT):
 
 def test_document_mask_only_matters_where_a_row_holds_several_documents():
   run = runconfig.build(small_run_config())
-  model = run.step_config.model
-  params = init_params(run.model_config, jax.random.PRNGKey(0))
+  model = run.step.model
+  params = init_params(run.model, jax.random.PRNGKey(0))
   losses = jax.jit(step_lib.token_losses, static_argnums=(0, 3))
   one_doc = _batch(np.ones((2, 16), np.int32))
   a, _ = losses(model, params, one_doc, True)
@@ -179,9 +179,9 @@ def test_document_mask_only_matters_where_a_row_holds_several_documents():
 
 def test_document_mask_reaches_the_step_and_is_validated():
   c = small_run_config()
-  assert runconfig.build(c).step_config.document_mask is True
+  assert runconfig.build(c).step.document_mask is True
   c.train.document_mask = False
-  assert runconfig.build(c).step_config.document_mask is False
+  assert runconfig.build(c).step.document_mask is False
   c = small_run_config()
   with c.unlocked():     # the config's own type check would refuse 1 already: go around it
     del c.train["document_mask"]
@@ -199,7 +199,7 @@ def _padded_batch(seed=3, B=8, T=32):
 
 def _variant(run, fused, lean):
   import dataclasses
-  return dataclasses.replace(run.step_config, lean_update=lean,
+  return dataclasses.replace(run.step, lean_update=lean,
                              xent=step_lib.xent_lib.XentConfig() if fused else None)
 
 
@@ -208,7 +208,7 @@ def test_fused_loss_and_lean_update_give_the_unfused_loss_and_gradient():
   # against the model's logits, optax's loss, and the gradient divided afterwards. The same
   # numbers in another order of operations: float32 rounding, ~1e-7 relative; 1e-5 bounds it.
   run = runconfig.build(small_run_config())
-  params = init_params(run.model_config, jax.random.PRNGKey(4))
+  params = init_params(run.model, jax.random.PRNGKey(4))
   batch = _padded_batch()
   f = jax.jit(step_lib.loss_and_grads, static_argnums=0)
   l0, g0, s0, t0 = f(_variant(run, False, False), params, batch)
@@ -298,15 +298,15 @@ def test_loss_weights_are_the_segment_mask_times_the_loss_mask_by_hand(maybe_jit
 @pytest.mark.slow
 def test_a_loss_mask_counts_its_targets_only_and_a_row_of_none_counts_zero_not_nan():
   run = runconfig.build(small_run_config())
-  params = init_params(run.model_config, jax.random.PRNGKey(3))
+  params = init_params(run.model, jax.random.PRNGKey(3))
   batch = {k: jnp.asarray(v) for k, v in _fixed_batch(np.random.default_rng(3), 4, 32, 257, 16).items()}
   batch["source_ids"] = jnp.array([0, 5, 5, 9], jnp.int32)
   mask = np.zeros((4, 32), np.uint8)
   mask[0, 10:20] = 1       # row 0: ten counted targets; rows 1 and 2 (source 5): none
   mask[3, :] = 1           # row 3: all
   masked = dict(batch, loss_mask=jnp.asarray(mask))
-  every, _ = step_lib.token_losses(run.step_config.model, params, batch)
-  l1, g1, loss_S, tokens_S = step_lib.loss_and_grads(run.step_config, params, masked)
+  every, _ = step_lib.token_losses(run.step.model, params, batch)
+  l1, g1, loss_S, tokens_S = step_lib.loss_and_grads(run.step, params, masked)
   every = np.asarray(every, np.float64)
   # By hand: the mean over the 42 counted targets of the unmasked per-token losses.
   want = (every[0, 10:20].sum() + every[3].sum()) / 42
@@ -316,12 +316,12 @@ def test_a_loss_mask_counts_its_targets_only_and_a_row_of_none_counts_zero_not_n
   assert np.isfinite(np.asarray(loss_S)).all() and float(loss_S[5]) == 0.0
   # Every target masked: zero tokens, a loss of 0 and a zero gradient, never a NaN.
   none = dict(batch, loss_mask=jnp.zeros((4, 32), jnp.uint8))
-  l0, g0, loss_S, tokens_S = step_lib.loss_and_grads(run.step_config, params, none)
+  l0, g0, loss_S, tokens_S = step_lib.loss_and_grads(run.step, params, none)
   assert float(l0) == 0.0 and float(np.asarray(tokens_S).sum()) == 0.0
   assert all(np.isfinite(np.asarray(g)).all() and not np.asarray(g).any()
              for g in jax.tree.leaves(g0))
   # Held out: both sums from one pass, the all-token ones those of the batch without a mask.
-  model = run.step_config.model
+  model = run.step.model
   counted = step_lib.eval_losses_all_tokens(model, params, masked, 16)
   np.testing.assert_allclose(counted[0], step_lib.eval_losses(model, params, masked, 16)[0],
                              rtol=1e-6)

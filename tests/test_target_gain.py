@@ -164,11 +164,11 @@ def test_the_step_measures_what_the_gradients_say(data_cache):
   data = data_lib.open_training_data(c.data, tokenizer, sources=run.sources,
                                      required=run.used_sources)
   state = train.init_state(run, train.run_keys(0))
-  gain = run.step_config.target_gain
+  gain = run.step.target_gain
   make = lambda **kw: data_lib.MixtureSampler(data, seq_len=c.data.seq_len, **kw)
   host = target_gain.ProbeBatches(gain, np.asarray(run.target), make, c.seed)
   sampler = make(global_batch_size=16, seed=0)
-  step = jax.jit(lambda s, b: step_lib.train_step(run.step_config, s, b))
+  step = jax.jit(lambda s, b: step_lib.train_step(run.step, s, b))
   batch_at = lambda t: {k: jnp.asarray(v) for k, v in {
       **sampler.batch(t, np.full(16, 1 / 16)), **host.rows(t)}.items()}
   state, metrics = step(state, batch_at(0))   # every = 2: step 0 updates, measures nothing
@@ -179,7 +179,7 @@ def test_the_step_measures_what_the_gradients_say(data_cache):
 
   def mean_grad(b):
     def mean(p):
-      loss_BxT, mask_BxT = step_lib.token_losses(run.step_config.model, p, b)
+      loss_BxT, mask_BxT = step_lib.token_losses(run.step.model, p, b)
       return loss_BxT.sum() / mask_BxT.sum()
     return np.concatenate([np.ravel(x) for x in jax.tree.leaves(jax.grad(mean)(state.params))]
                           ).astype(np.float64)
@@ -191,7 +191,7 @@ def test_the_step_measures_what_the_gradients_say(data_cache):
   got = np.asarray(metrics["target_gain"])
   for s in range(16):
     rows_s = np.flatnonzero(ids == s)
-    if not run.step_config.target_gain.measured[s]:
+    if not run.step.target_gain.measured[s]:
       assert np.isnan(got[s])
       continue
     want = d @ mean_grad({k: v[rows_s] for k, v in probe.items()})

@@ -61,10 +61,10 @@ def test_basin_report_of_an_earlier_step(workdir, tmp_path, capsys):
 def test_the_newest_checkpoint_by_default_and_its_config(workdir):
   saved = ckpt_lib.load_checkpoint(str(workdir))
   assert saved.step == 10
-  assert saved.run.model_config.d_model == 32 and saved.config.data.seq_len == 32
+  assert saved.run.model.d_model == 32 and saved.config.data.seq_len == 32
   batch = terrain_run.heldout_batch(saved.config, saved.run)
   assert batch["inputs"].shape == (2 * len(saved.run.used_sources), 32)
-  loss = terrain_run.heldout_loss_fn(saved.run.model_config, batch)(saved.params)
+  loss = terrain_run.heldout_loss_fn(saved.run.model, batch)(saved.params)
   assert float(loss) == pytest.approx(_eval_mean(workdir, 10), rel=1e-5)
   assert cli.parser().parse_args(["--workdir", str(workdir)]).step is None
 
@@ -155,7 +155,7 @@ def test_the_demos_terrain_runs_within_a_memory_cap(demo_workdir, tmp_path):
   batch = terrain_run.heldout_batch(saved.config, saved.run)
   rows = len(saved.run.sources) * saved.config.eval.sequences_per_source
   assert rows == 6 * 8 and batch["inputs"].shape == (rows, 128)   # the demo's evaluation
-  whole = terrain_run.heldout_loss_fn(saved.run.model_config, batch)
+  whole = terrain_run.heldout_loss_fn(saved.run.model, batch)
   side = 9   # a 9 x 9 slice: 81 points of 48 windows each
   points = side * side
   assert points * budget_lib.point_bytes(whole, saved.params) > DEMO_CAP

@@ -119,7 +119,7 @@ def test_a_geometry_that_never_starts_is_warned_about():
 def test_no_prompts_means_no_samples_not_an_error():
   c = small_run_config()
   c.eval.prompts = ()
-  assert runconfig.build(c).model_config.max_len == c.model.max_len
+  assert runconfig.build(c).model.max_len == c.model.max_len
   # An invalid top_k is still refused when nothing is sampled (the fault campaign's base config).
   c.eval.top_k, c.eval.sample_tokens = 258, 0
   with pytest.raises(ValueError, match=r"eval.top_k = 258 exceeds the vocabulary \(257 ids"):
@@ -422,16 +422,16 @@ def test_the_readme_sequence_runs_one_donated_step():
   keys = train.run_keys(0)
   state = train.init_state(run, keys)
   T, B = c.data.seq_len, c.data.global_batch_size
-  tokens = np.random.default_rng(0).integers(0, run.model_config.vocab_size, (B, T + 1), np.int32)
+  tokens = np.random.default_rng(0).integers(0, run.model.vocab_size, (B, T + 1), np.int32)
   batch = {"inputs": tokens[:, :-1], "targets": tokens[:, 1:],
            "segment_ids": np.ones((B, T), np.int32),
            "positions": np.broadcast_to(np.arange(T, dtype=np.int32), (B, T)).copy(),
            "source_ids": np.arange(B, dtype=np.int32) % len(run.sources)}
   batch = {k: jnp.asarray(v) for k, v in batch.items()}
-  new_state, metrics = step_lib.jit_step(run.step_config)(state, batch)
+  new_state, metrics = step_lib.jit_step(run.step)(state, batch)
   assert int(new_state.step) == 1 and bool(metrics["finite"])
   # Freshly initialised logits are near 0, so the loss on uniform random tokens is about ln(V).
-  assert float(metrics["loss"]) == pytest.approx(math.log(run.model_config.vocab_size), abs=0.1)
+  assert float(metrics["loss"]) == pytest.approx(math.log(run.model.vocab_size), abs=0.1)
   # Every source got B / S rows of T tokens.
   np.testing.assert_array_equal(np.asarray(metrics["source_tokens"]), B // len(run.sources) * T)
   # The caller's keys were not donated with the state: a second state can still be built from them.

@@ -23,7 +23,6 @@ batches: the way one would run the ablation without this module, to measure what
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from typing import Any
 
 import flax.struct
@@ -33,6 +32,7 @@ import ml_collections
 import numpy as np
 import optax
 
+from andrea_jax import checks
 from andrea_jax import curriculum
 from andrea_jax import data as data_lib
 from andrea_jax import evaluate as eval_lib
@@ -57,42 +57,34 @@ class VariantState:
   skipped: jax.Array     # int32: non-finite steps skipped so far
 
 
-def make_optimizer(optim_cfg: ml_collections.ConfigDict, total_steps: int, peak_lr: jax.Array,
-                   warmup_steps: jax.Array) -> tuple[optax.GradientTransformation, Any]:
+def make_optimizer(spec: optim.OptimSpec, peak_lr: jax.Array, warmup_steps: jax.Array
+                   ) -> tuple[optax.GradientTransformation, Any]:
   """The run's optimizer and schedule with a (possibly traced) ``peak_lr`` and ``warmup_steps``.
 
-  Everything else (betas, weight decay, clipping, decay kind) comes from ``optim_cfg``.
+  Everything else (betas, weight decay, clipping, decay kind, run length) comes from ``spec``
+  (the run's :class:`andrea_jax.optim.OptimSpec`, ``run.optim``).
 
   Example:
-    >>> tx, lr = make_optimizer(config.optim, 200, jnp.float32(3e-3), jnp.float32(20))
+    >>> tx, lr = make_optimizer(run.optim, jnp.float32(3e-3), jnp.float32(20))
   """
-  def schedule(step):
-    return optim.warmup_decay(step, peak_lr=peak_lr, warmup_steps=warmup_steps,
-                              total_steps=total_steps, kind=optim_cfg.schedule,
-                              min_lr_ratio=optim_cfg.min_lr_ratio,
-                              decay_steps=optim_cfg.decay_steps)
-  return optim.make_optimizer(optim_cfg, total_steps, schedule=schedule), schedule
+  schedule = spec.learning_rate(peak_lr=peak_lr, warmup_steps=warmup_steps)
+  return spec.transform(schedule), schedule
 
 
-def variant_step(step_cfg: step_lib.StepConfig, optim_cfg: ml_collections.ConfigDict,
-                 total_steps: int, hyper: dict[str, jax.Array], state: VariantState,
-                 batch: Batch) -> tuple[VariantState, dict[str, jax.Array]]:
+def variant_step(step_cfg: step_lib.StepConfig, spec: optim.OptimSpec, hyper: dict[str, jax.Array],
+                 state: VariantState, batch: Batch) -> tuple[VariantState, dict[str, jax.Array]]:
   """One AdamW step of one variant: :func:`andrea_jax.step.train_step` without the curriculum.
 
   The same loss and gradient (:func:`andrea_jax.step.loss_and_grads`), the same clip + AdamW
-  update, the same rule for non-finite steps (skipped, nothing changes). ``hyper`` holds the
-  variant's scalar ``peak_lr`` and ``warmup_steps``; vmap this function over them and the state.
+  update (:func:`andrea_jax.step.apply_gradients`: one norm for the metric and the clipping, a
+  non-finite step skipped, nothing changes). ``hyper`` holds the variant's scalar ``peak_lr`` and
+  ``warmup_steps``; vmap this function over them and the state.
   """
   loss, grads, _, _ = step_lib.loss_and_grads(step_cfg, state.params, batch)
-  grad_norm = optax.tree_utils.tree_norm(grads)
-  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-  tx, schedule = make_optimizer(optim_cfg, total_steps, hyper["peak_lr"], hyper["warmup_steps"])
-  updates, opt_state = tx.update(grads, state.opt_state, state.params)
-  params = optax.apply_updates(state.params, updates)
-  finite = finite & step_lib.all_finite(params)   # as train_step
-  keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
-  new = VariantState(step=state.step + 1, params=keep(params, state.params),
-                     opt_state=keep(opt_state, state.opt_state),
+  tx, schedule = make_optimizer(spec, hyper["peak_lr"], hyper["warmup_steps"])
+  params, opt_state, grad_norm, finite = step_lib.apply_gradients(
+      dataclasses.replace(step_cfg, tx=tx), state.params, state.opt_state, grads, loss)
+  new = VariantState(step=state.step + 1, params=params, opt_state=opt_state,
                      skipped=state.skipped + (~finite).astype(jnp.int32))
   # The rate applied: a skipped step does not advance the schedule's count (as in train_step).
   lr = schedule(step_lib.applied_count(state.opt_state, state.step))
@@ -112,17 +104,16 @@ def _unstack(tree: PyTree, k: int) -> PyTree:
   return jax.tree.map(lambda x: x[k], tree)
 
 
-def init_variants(run: runconfig.Run, optim_cfg: ml_collections.ConfigDict, total_steps: int,
-                  variants: list[Variant]) -> VariantState:
+def init_variants(run: runconfig.Run, variants: list[Variant]) -> VariantState:
   """Stacked initial states: variant ``k``'s parameters are those of a normal run with its seed."""
   params = _stack([
       jax.jit(init_params, static_argnums=0)(
-          dataclasses.replace(run.model_config, init_std=v.init_std),
+          dataclasses.replace(run.model, init_std=v.init_std),
           train.run_keys(v.seed)["params"])   # the trainer's own key derivation
       for v in variants])
   hyper = _hyper(variants)
   opt_state = jax.vmap(lambda h, p: make_optimizer(
-      optim_cfg, total_steps, h["peak_lr"], h["warmup_steps"])[0].init(p))(hyper, params)
+      run.optim, h["peak_lr"], h["warmup_steps"])[0].init(p))(hyper, params)
   k = len(variants)
   return VariantState(step=jnp.zeros((k,), jnp.int32), params=params, opt_state=opt_state,
                       skipped=jnp.zeros((k,), jnp.int32))
@@ -135,7 +126,7 @@ def init_variants(run: runconfig.Run, optim_cfg: ml_collections.ConfigDict, tota
 def default_mixture(run: runconfig.Run) -> np.ndarray:
   """``[S]``: the first phase of the config's curriculum (uniform, or the mixture held in geometry
   0: the static mixer's or the geometry's own, brought into it)."""
-  state = curriculum.init(run.curriculum_spec, jax.random.PRNGKey(0))
+  state = curriculum.init(run.curriculum, jax.random.PRNGKey(0))
   return np.asarray(curriculum.weights_at(curriculum.schedule(state), 0), np.float64)
 
 
@@ -159,20 +150,20 @@ def _mixture_table(run: runconfig.Run, mixture: Any, num_steps: int) -> np.ndarr
 class _Data:
   """The corpus, the sampler and the held-out windows of an ablation."""
 
-  def __init__(self, config: ml_collections.ConfigDict, run: runconfig.Run, weights_NxS):
+  def __init__(self, run: runconfig.Run, weights_NxS):
     used = tuple(s for s, u in zip(run.sources, (weights_NxS > 0).any(0)) if u)
-    self.tokenizer = data_lib.load_tokenizer(config.data.tokenizer)
-    self.data = data_lib.open_training_data(config.data, self.tokenizer, sources=run.sources,
-                                            required=used, progress=False)
-    self.sampler = data_lib.MixtureSampler(self.data, seq_len=config.data.seq_len,
-                                           global_batch_size=config.data.global_batch_size,
-                                           seed=config.seed)
+    self.tokenizer = data_lib.load_tokenizer(run.data.tokenizer)
+    self.data = data_lib.open_training_data(run.data.section(), self.tokenizer,
+                                            sources=run.sources, required=used, progress=False)
+    self.sampler = data_lib.MixtureSampler(self.data, seq_len=run.data.seq_len,
+                                           global_batch_size=run.data.global_batch_size,
+                                           seed=run.seed)
     self.weights_NxS = weights_NxS
     self.eval_sources = used
     parts = []
     for name in used:
-      b = data_lib.eval_batches(self.data, name, seq_len=config.data.seq_len,
-                                num_sequences=config.eval.sequences_per_source)
+      b = data_lib.eval_batches(self.data, name, seq_len=run.data.seq_len,
+                                num_sequences=run.eval.sequences_per_source)
       parts.append(dict(b, source_ids=np.full((b["inputs"].shape[0],), run.sources.index(name),
                                               np.int32)))
     self.eval_batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
@@ -180,7 +171,7 @@ class _Data:
     # cuts them: K variants then evaluate a chunk with less memory than their vmapped training
     # step already holds (K x micro-batch rows, with the backward pass), never K x all the rows.
     rows = len(self.eval_batch["inputs"])
-    micro = config.data.global_batch_size // config.optim.grad_accum_steps
+    micro = run.data.micro_batch_size
     num_chunks = -(-rows // micro)
     self.eval_chunks = eval_lib.eval_chunks(self.eval_batch, -(-rows // num_chunks))
 
@@ -203,14 +194,13 @@ def _chunks(num_steps: int, eval_every: int, chunk_steps: int) -> list[tuple[int
 def _check_counts(num_steps: int, eval_every: int, chunk_steps: int) -> None:
   for name, v, lo in (("num_steps", num_steps, 1), ("eval_every", eval_every, 0),
                       ("chunk_steps", chunk_steps, 1)):
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral) or v < lo:
-      raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+    checks.integer(name, v, minimum=lo)
 
 
 def _eval_fn(run: runconfig.Run):
   """``(params_K, chunks) -> (loss_KxS, tokens_KxS)``: every variant's per-source sums over the
   held-out chunks, one vmapped call per chunk (one compilation: the chunks have equal rows)."""
-  model, num_sources = run.step_config.model, len(run.sources)
+  model, num_sources = run.step.model, len(run.sources)
   per_variant = lambda p, b: step_lib.eval_losses(model, p, b, num_sources)
   one_chunk = jax.jit(jax.vmap(per_variant, in_axes=(0, None)))
 
@@ -233,7 +223,7 @@ def _setup(config, variants, num_steps, eval_every, chunk_steps, mixture):
   base.optim.warmup_steps = min(v.warmup_steps for v in resolved)
   run = runconfig.build(base)
   weights_NxS = _mixture_table(run, mixture, num_steps)
-  return resolved, base, run, _Data(base, run, weights_NxS)
+  return resolved, base, run, _Data(run, weights_NxS)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -274,18 +264,17 @@ def train_variants(config: ml_collections.ConfigDict, variants: list[dict[str, A
   """
   num_steps = config.train.num_steps if num_steps is None else num_steps
   resolved, base, run, data = _setup(config, variants, num_steps, eval_every, chunk_steps, mixture)
-  step_cfg = run.step_config
-  optim_cfg = base.optim
+  step_cfg = run.step
   hyper = _hyper(resolved)
 
   def chunk_fn(states, hyper, batches):
-    one = lambda h, s, b: variant_step(step_cfg, optim_cfg, num_steps, h, s, b)
+    one = lambda h, s, b: variant_step(step_cfg, run.optim, h, s, b)
     body = lambda states, batch: jax.vmap(one, in_axes=(0, 0, None))(hyper, states, batch)
     return jax.lax.scan(body, states, batches)   # metrics [C, K]
 
   program = jax.jit(chunk_fn, donate_argnums=0)
   evaluate = _eval_fn(run)
-  states = init_variants(run, optim_cfg, num_steps, resolved)
+  states = init_variants(run, resolved)
   chunks = _chunks(num_steps, eval_every, chunk_steps)
   compiled: dict[int, Any] = {}
   timer = result_lib.Timer()
@@ -332,7 +321,7 @@ def loop_baseline(config: ml_collections.ConfigDict, variants: list[dict[str, An
   for v in resolved:
     vrun = runconfig.build(run_config(base, num_steps, v))
     state = jax.jit(lambda: train.init_state(vrun, train.run_keys(v.seed)))()
-    step_fn = step_lib.jit_step(vrun.step_config)
+    step_fn = step_lib.jit_step(vrun.step)
     metrics, evals = [], []
     with data_lib.Prefetcher(lambda i: data.chunk(chunks[i]), start_step=0, depth=2,
                              end_step=len(chunks)) as batches:

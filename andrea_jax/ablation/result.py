@@ -180,7 +180,7 @@ def collect(run, data, variants, metrics, evals, params_K, skipped, timer: Timer
   if samples:
     ecfg = config.eval
     texts = generate_samples(
-        params_K, run.model_config, data.tokenizer, list(ecfg.prompts),
+        params_K, run.model, data.tokenizer, list(ecfg.prompts),
         jax.random.fold_in(train.run_keys(config.seed)["eval"], num_steps),
         max_new_tokens=ecfg.sample_tokens, temperature=ecfg.temperature, top_k=ecfg.top_k or None)
   return AblationResult(

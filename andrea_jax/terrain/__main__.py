@@ -110,11 +110,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     num_params = sum(x.size for x in leaves)
     lanczos = (min(args.hessian_iters, num_params) * num_params * leaves[0].dtype.itemsize
                if args.hessian_k > 0 else 0)   # the Lanczos basis, beside each HVP
-    windows = windows_per_chunk(saved.run.model_config, batch, saved.params, budget,
+    windows = windows_per_chunk(saved.run.model, batch, saved.params, budget,
                                 reserve=lanczos)
   rows = int(batch["inputs"].shape[0])
   windows = -(-rows // -(-rows // min(windows, rows)))   # the chunks heldout_loss_fn makes: even
-  loss_fn = heldout_loss_fn(saved.run.model_config, batch, window_batch=windows)
+  loss_fn = heldout_loss_fn(saved.run.model, batch, window_batch=windows)
   name = os.path.basename(os.path.normpath(args.workdir))
   heldout = {"sources": sorted({saved.run.sources[i] for i in batch["source_ids"]}),
              "sequences": int(batch["inputs"].shape[0]), "seq_len": int(batch["inputs"].shape[1]),

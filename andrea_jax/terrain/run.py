@@ -70,7 +70,7 @@ def heldout_loss_fn(model_config: ModelConfig, batch: dict[str, np.ndarray], *,
   value is the same up to float32 rounding (the order of the sum).
 
   Example:
-    >>> loss_fn = heldout_loss_fn(saved.run.model_config, batch, window_batch=16)
+    >>> loss_fn = heldout_loss_fn(saved.run.model, batch, window_batch=16)
     >>> loss_fn(saved.params)  # the mean over all of batch's windows, 16 at a time
   """
   if window_batch is not None and (isinstance(window_batch, bool)
@@ -120,7 +120,7 @@ def windows_per_chunk(model_config: ModelConfig, batch: dict[str, np.ndarray], p
   Raises ``ValueError`` when not even one window fits, naming both sizes.
 
   Example:
-    >>> windows_per_chunk(saved.run.model_config, batch, saved.params, 2 * 2**30)
+    >>> windows_per_chunk(saved.run.model, batch, saved.params, 2 * 2**30)
     128
   """
   rows = int(batch["inputs"].shape[0])

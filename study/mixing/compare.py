@@ -312,7 +312,7 @@ def measure_overhead(configs: dict, rounds: int, steps_per_round: int) -> dict:
   fns, states = {}, {}
   for arm in arms:
     run = runconfig.build(configs[arm])
-    fns[arm] = step_lib.jit_step(run.step_config)
+    fns[arm] = step_lib.jit_step(run.step)
     states[arm] = jax.jit(lambda run=run: train.init_state(run, keys))()
     for _ in range(3):                       # compile, and pass the first phase decisions
       states[arm], m = fns[arm](states[arm], batch)
@@ -357,7 +357,7 @@ def measure_update_cost(configs: dict, num_steps: int = 2000, repeats: int = 5) 
   rng = np.random.default_rng(0)
   out = {}
   for arm, config in configs.items():
-    spec = runconfig.build(config).curriculum_spec
+    spec = runconfig.build(config).curriculum
     num = spec.num_sources
     losses_TxS = jnp.asarray(rng.uniform(1.0, 4.0, (num_steps, num)), jnp.float32)
     tokens_TxS = jnp.full((num_steps, num), 128.0, jnp.float32)

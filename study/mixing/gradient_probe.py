@@ -155,7 +155,7 @@ def uniform_run(cfg):
   sampler = data.MixtureSampler(corpus, seq_len=cfg.data.seq_len,
                                 global_batch_size=cfg.data.global_batch_size, seed=cfg.seed)
   state = train.init_state(run, train.run_keys(cfg.seed))
-  return cfg, run, sampler, state, step.jit_step(run.step_config)
+  return cfg, run, sampler, state, step.jit_step(run.step)
 
 
 def cross_products(grads_B, precond, wa_SxB: np.ndarray, wb_SxB: np.ndarray) -> np.ndarray:
@@ -306,8 +306,8 @@ def influence_main(args) -> int:
   cfg, run, sampler, state, train_step = uniform_run(exp.arm_config("uniform", seed=args.seed))
   sources = list(run.sources)
   num = len(sources)
-  model, doc = run.step_config.model, run.step_config.document_mask
-  schedule = run.step_config.schedule
+  model, doc = run.step.model, run.step.document_mask
+  schedule = run.step.schedule
   eps, b2 = float(cfg.optim.eps), float(cfg.optim.b2)
 
   lr_sum, estimates, solve_s = 0.0, [], 0.0
@@ -380,9 +380,9 @@ def displacement_main(args) -> int:
   cfg, run, sampler, state, train_step = uniform_run(exp.arm_config("uniform", seed=args.seed))
   sources = list(run.sources)
   num = len(sources)
-  row_grads = make_row_grads(run.step_config.model, run.step_config.document_mask)
-  source_losses = make_source_losses(run.step_config.model, num, run.step_config.document_mask)
-  schedule = run.step_config.schedule
+  row_grads = make_row_grads(run.step.model, run.step.document_mask)
+  source_losses = make_source_losses(run.step.model, num, run.step.document_mask)
+  schedule = run.step.schedule
   clip = float(cfg.optim.grad_clip)
 
   b1, b2, eps = float(cfg.optim.b1), float(cfg.optim.b2), float(cfg.optim.eps)
@@ -494,8 +494,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   cfg, run, sampler, state, train_step = uniform_run(exp.arm_config("uniform", seed=args.seed))
   sources = list(run.sources)
   num = len(sources)
-  row_grads = make_row_grads(run.step_config.model, run.step_config.document_mask)
-  schedule = run.step_config.schedule
+  row_grads = make_row_grads(run.step.model, run.step.document_mask)
+  schedule = run.step.schedule
 
   measured = []        # (step, lr * clip, shares [S], M [S, S])
   t0 = time.time()

@@ -233,8 +233,8 @@ def pilot(config, steps: Sequence[int], *, batches: int = 4, iters: int = 10,
                                 global_batch_size=config.data.global_batch_size,
                                 seed=config.seed)
   state = train.init_state(run, train.run_keys(config.seed))
-  train_step = step.jit_step(run.step_config)
-  sc = run.step_config
+  train_step = step.jit_step(run.step)
+  sc = run.step
   measure = make_influence(sc.model, sc.document_mask, iters, tol, gn_rows, source_batch)
   eps, b2 = float(config.optim.eps), float(config.optim.b2)
   num = len(run.sources)

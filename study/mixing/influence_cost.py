@@ -74,12 +74,12 @@ def main(argv: Sequence[str] | None = None) -> int:
   exp = cm.load_experiment()
   cfg, run, sampler, state, train_step = gp.uniform_run(exp.arm_config("uniform", seed=args.seed))
   num = len(run.sources)
-  model, doc = run.step_config.model, run.step_config.document_mask
+  model, doc = run.step.model, run.step.document_mask
   for t in range(args.at):
     w_S = np.asarray(curriculum.weights_at(curriculum.schedule(state.curriculum), t), np.float64)
     state, metrics = train_step(state, sampler.batch(t, w_S))
   float(metrics["loss"])
-  schedule = run.step_config.schedule
+  schedule = run.step.schedule
   lam = 1.0 / sum(float(schedule(t)) for t in range(HORIZON))
   eps, b2 = float(cfg.optim.eps), float(cfg.optim.b2)
   w_S = np.asarray(curriculum.weights_at(curriculum.schedule(state.curriculum), args.at))

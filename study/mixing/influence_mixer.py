@@ -64,12 +64,12 @@ def measure(cfg, at: int, horizon: int, batches: int = 4, iters: int = 100,
   gp = _load("gradient_probe")
   cfg, run, sampler, state, train_step = gp.uniform_run(cfg)
   num = len(run.sources)
-  model, doc = run.step_config.model, run.step_config.document_mask
+  model, doc = run.step.model, run.step.document_mask
   t0 = time.time()
   for t in range(at):
     w_S = np.asarray(curriculum.weights_at(curriculum.schedule(state.curriculum), t), np.float64)
     state, _ = train_step(state, sampler.batch(t, w_S))
-  schedule = run.step_config.schedule
+  schedule = run.step.schedule
   lam = 1.0 / sum(float(schedule(t)) for t in range(horizon))
   m0 = time.time()
   w_S = np.asarray(curriculum.weights_at(curriculum.schedule(state.curriculum), at), np.float64)

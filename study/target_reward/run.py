@@ -133,11 +133,11 @@ def gain_overhead() -> float:
                       ("inputs", "targets", "segment_ids", "positions")} | {
                           "source_ids": jax.ShapeDtypeStruct((n,), "int32")}
     batch = spec(rows)
-    gain = run.step_config.target_gain
+    gain = run.step.target_gain
     if gain is not None:
       batch |= {"probe/" + k: v for k, v in spec(gain.probe_rows).items()}
       batch |= {"target/" + k: v for k, v in spec(gain.target_rows).items()}
-    compiled = jax.jit(lambda s, b: step_lib.train_step(run.step_config, s, b)).lower(
+    compiled = jax.jit(lambda s, b: step_lib.train_step(run.step, s, b)).lower(
         state, batch).compile()
     cost = compiled.cost_analysis()
     flops.append(float((cost[0] if isinstance(cost, list) else cost)["flops"]))

@@ -19,7 +19,7 @@ BASE = small_run_config().to_dict()
 def test_the_base_config_is_valid():
   """Without this, every rejection below could come from the base config itself."""
   run = runconfig.build(ml_collections.ConfigDict(BASE))
-  assert run.model_config.vocab_size == 257
+  assert run.model.vocab_size == 257
 
 
 @settings(max_examples=1000, deadline=None, database=None,

@@ -227,10 +227,10 @@ def test_every_arm_is_a_valid_run_config():
   exp = bench.load_experiment()
   for arm in exp.ARMS:
     run = runconfig.build(exp.arm_config(arm))
-    assert run.curriculum_spec.mixer_name == exp.arm_settings(arm).get("strategy", exp.ARMS[arm][0])
+    assert run.curriculum.mixer_name == exp.arm_settings(arm).get("strategy", exp.ARMS[arm][0])
   b = np.array(exp.FITTED_ELASTICITY)
   for arm, lam in (("static_fitted", 0.5), ("static_fitted_25", 0.25), ("static_fitted_75", 0.75)):
-    spec = runconfig.build(exp.arm_config(arm)).curriculum_spec
+    spec = runconfig.build(exp.arm_config(arm)).curriculum
     w = curriculum.weights_at(curriculum.schedule(curriculum.init(spec, jax.random.key(0))), 0)
     m = lam * b / b.sum() + (1 - lam) / 16
     # The region is {w >= 0.999 m}: the 0.001 left over goes where the projection of uniform puts
@@ -247,7 +247,7 @@ def test_every_arm_is_a_valid_run_config():
                                 ("static_fitted_full_early", 1.0, slice(0, 390)),
                                 ("static_fitted_75_early", 0.75, slice(0, 390))):
     m = lam * b / b.sum() + (1 - lam) / 16
-    spec = runconfig.build(exp.arm_config(arm)).curriculum_spec
+    spec = runconfig.build(exp.arm_config(arm)).curriculum
     w_NxS = simulate.simulate(spec, jax.random.key(0), 800).weights
     other = slice(410, 800) if fitted_half.start == 0 else slice(0, 390)
     assert np.abs(w_NxS[fitted_half] - m).sum(axis=1).max() <= 2e-3, arm
@@ -260,13 +260,13 @@ def test_every_arm_is_a_valid_run_config():
                      ("static_fitted_75_3q", ((0, 150, 0.75), (150, 200, 0))),
                      ("static_fitted_decay", ((0, 50, 1), (50, 100, 0.75), (100, 150, 0.5),
                                               (150, 200, 0.25)))):
-    spec = runconfig.build(exp.arm_config(arm, num_steps=200)).curriculum_spec
+    spec = runconfig.build(exp.arm_config(arm, num_steps=200)).curriculum
     w_NxS = simulate.simulate(spec, jax.random.key(0), 200).weights
     for lo, hi, lam in parts:
       m = lam * b / b.sum() + (1 - lam) / 16
       assert np.abs(w_NxS[lo + 3:hi - 3] - m).sum(axis=1).max() <= 2e-3, (arm, lo)
   for arm, start in (("elastic_cooldown", 150), ("elastic_strong_early", 100)):
-    spec = runconfig.build(exp.arm_config(arm, num_steps=200)).curriculum_spec
+    spec = runconfig.build(exp.arm_config(arm, num_steps=200)).curriculum
     w_NxS = simulate.simulate(spec, jax.random.key(0), 200).weights
     assert np.abs(w_NxS[start + 3:] - 1 / 16).max() <= 1e-3, arm
   # A fitted point made of floors at 0.999 of it (as the arms do) holds what the static strategy's
@@ -277,8 +277,8 @@ def test_every_arm_is_a_valid_run_config():
       "fitted_75": geometry("fitted_75", 0, mixture=dict(zip(SOURCES, exp.fitted_mixture(
           "fitted_75")))),
       "full": geometry("full", 100)})
-  by_mixture = simulate.simulate(runconfig.build(c).curriculum_spec, jax.random.key(0), 200)
-  spec = runconfig.build(exp.arm_config("static_fitted_75_early", num_steps=200)).curriculum_spec
+  by_mixture = simulate.simulate(runconfig.build(c).curriculum, jax.random.key(0), 200)
+  spec = runconfig.build(exp.arm_config("static_fitted_75_early", num_steps=200)).curriculum
   by_floors = simulate.simulate(spec, jax.random.key(0), 200)
   assert np.abs(by_mixture.weights - by_floors.weights).sum(axis=1).max() <= 2e-3
   # The designed probes hold their mixture exactly: each source 2 or 1/2 before normalising, in
@@ -286,7 +286,7 @@ def test_every_arm_is_a_valid_run_config():
   # is uniform).
   assert len(exp.PROBE_ARMS) == 20
   for k in (0, 7, 19):
-    spec = runconfig.build(exp.arm_config(exp.PROBE_ARMS[k], num_steps=200)).curriculum_spec
+    spec = runconfig.build(exp.arm_config(exp.PROBE_ARMS[k], num_steps=200)).curriculum
     w = curriculum.weights_at(curriculum.schedule(curriculum.init(spec, jax.random.key(0))), 0)
     np.testing.assert_allclose(w, exp.PROBE_MIXTURES[k], atol=1e-6)
     assert set(np.round(w / w.min(), 4).tolist()) <= {1.0, 4.0}
@@ -300,14 +300,14 @@ def test_every_arm_is_a_valid_run_config():
                       ("proxy_schedule_short_early", exp.PROXY_SCHEDULE_SHORT_ELASTICITY),
                       ("proxy_half_4x128_early", exp.PROXY_HALF_4X128_ELASTICITY)):
     b = np.maximum(np.array(fitted), 0.02)
-    spec = runconfig.build(exp.arm_config(arm, num_steps=200)).curriculum_spec
+    spec = runconfig.build(exp.arm_config(arm, num_steps=200)).curriculum
     w_NxS = simulate.simulate(spec, jax.random.key(0), 200).weights
     np.testing.assert_allclose(w_NxS[:100], np.broadcast_to(b / b.sum(), (100, 16)), atol=1e-6,
                                err_msg=arm)
     np.testing.assert_allclose(w_NxS[100:], 1 / 16, atol=1e-6, err_msg=arm)
   b = np.maximum(np.array(exp.PROXY_ELASTICITY), 0.02)
   # proxy_then_elastic: the same first half, then the elastic mixer's own phases.
-  spec = runconfig.build(exp.arm_config("proxy_then_elastic", num_steps=200)).curriculum_spec
+  spec = runconfig.build(exp.arm_config("proxy_then_elastic", num_steps=200)).curriculum
   run = simulate.simulate(spec, jax.random.key(0), 200)
   np.testing.assert_allclose(run.weights[:100], np.broadcast_to(b / b.sum(), (100, 16)), atol=1e-6)
   assert {spec.labels[i] for i in run.labels[100:].tolist()} == {"elastic"}
@@ -496,7 +496,7 @@ def test_the_scaled_proxy_reads_both_fits_at_the_target_models_size(tmp_path):
   assert [n for n, _ in exp.SCALED_FITS["proxy_scaled_early"]] == [by_hand(2, 64),
                                                                    by_hand(4, 128)]
   def first_half(c):
-    w_NxS = simulate.simulate(runconfig.build(c).curriculum_spec, jax.random.key(0), 200).weights
+    w_NxS = simulate.simulate(runconfig.build(c).curriculum, jax.random.key(0), 200).weights
     np.testing.assert_allclose(w_NxS[100:], 1 / 16, atol=1e-6)
     return w_NxS[0]
   def mixture(b, power=1.0):
@@ -565,7 +565,7 @@ def test_fit_proxy_runs_the_probes_and_recovers_their_elasticities(tmp_path, cap
 
   def runner(config, workdir):
     seeds.append(config.seed)
-    spec = runconfig.build(config).curriculum_spec
+    spec = runconfig.build(config).curriculum
     w = curriculum.weights_at(curriculum.schedule(curriculum.init(spec, jax.random.key(0))), 0)
     os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:

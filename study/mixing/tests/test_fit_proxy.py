@@ -33,7 +33,7 @@ def _power_law_runner(calls, stops=None):
     calls.append(workdir)
     if stops is not None:
       stops.append(config.train.stop_step)
-    spec = runconfig.build(config).curriculum_spec
+    spec = runconfig.build(config).curriculum
     w = curriculum.weights_at(curriculum.schedule(curriculum.init(spec, jax.random.key(0))), 0)
     os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
@@ -111,7 +111,7 @@ def test_a_probe_holds_its_mixture_on_the_full_simplex_with_the_static_strategy(
   mixture = np.linspace(1.0, 2.0, 16) / np.linspace(1.0, 2.0, 16).sum()
   c = fit_proxy.probe_config(config, mixture, SOURCES)
   assert config.curriculum.mixer.name == "andrea"         # the caller's config is left alone
-  spec = runconfig.build(c).curriculum_spec
+  spec = runconfig.build(c).curriculum
   w_NxS = simulate.simulate(spec, jax.random.key(0), 50).weights
   np.testing.assert_allclose(w_NxS, np.broadcast_to(mixture, (50, 16)), atol=1e-6)
   assert c.train.checkpoint_every == 0 and not c.train.plot
@@ -127,7 +127,7 @@ def test_the_target_run_trains_the_recorded_config_under_the_schedule(tmp_path, 
   tiny = _experiment("synthetic").get_config("v2_firehose")
   assert c.model.to_dict() == tiny.model.to_dict()        # the target's own model
   assert c.train.num_steps == 1000
-  spec = runconfig.build(c).curriculum_spec
+  spec = runconfig.build(c).curriculum
   assert spec.geometry_names == ("proxy", "uniform") and spec.starts.tolist() == [0, 250]
   w_NxS = simulate.simulate(spec, jax.random.key(0), 400).weights
   np.testing.assert_allclose(w_NxS[:250], np.broadcast_to(mixture, (250, 16)), atol=1e-6)
@@ -158,7 +158,7 @@ def test_fits_at_two_sizes_are_read_at_the_targets_size(tmp_path, monkeypatch):
   w = np.maximum(b_small + t * (b_large - b_small), 0.02) ** 1.5
   for dirs in (f"{small},{large}", f"{large},{small}"):
     c = _experiment("proxy").get_config(dirs)
-    w_NxS = simulate.simulate(runconfig.build(c).curriculum_spec, jax.random.key(0), 600).weights
+    w_NxS = simulate.simulate(runconfig.build(c).curriculum, jax.random.key(0), 600).weights
     np.testing.assert_allclose(w_NxS[:500], np.broadcast_to(w / w.sum(), (500, 16)), atol=1e-6)
     np.testing.assert_allclose(w_NxS[500:], 1 / 16, atol=1e-6)
   # What cannot be read together is refused, naming the field, both values and a file.
@@ -183,7 +183,7 @@ def test_fits_at_two_sizes_are_read_at_the_targets_size(tmp_path, monkeypatch):
   half = [_write_fit(tmp_path / f"half_{n}", b=b.tolist(), num_params=n, lam=0.5)
           for b, n in ((b_small, 100_000), (b_large, 1_000_000))]
   c = _experiment("proxy").get_config(",".join(half))
-  w_NxS = simulate.simulate(runconfig.build(c).curriculum_spec, jax.random.key(0), 10).weights
+  w_NxS = simulate.simulate(runconfig.build(c).curriculum, jax.random.key(0), 10).weights
   np.testing.assert_allclose(w_NxS[0], 0.5 * w / w.sum() + 0.5 / 16, atol=1e-6)
 
 
@@ -262,7 +262,7 @@ def test_schedule_probes_switch_to_uniform_and_fit_after_the_switch(tmp_path):
   seen = []
 
   def runner(config, workdir):
-    spec = runconfig.build(config).curriculum_spec
+    spec = runconfig.build(config).curriculum
     w_NxS = simulate.simulate(spec, jax.random.key(0), n).weights
     seen.append(w_NxS)
     early = w_NxS[0]
@@ -426,7 +426,7 @@ def test_then_uniform_is_uniform_whatever_the_config_files_static_mixture(tmp_pa
     json.dump({"sources": list(SOURCES), "mixture": [1 / 16] * 16, "hold": 0.5,
                "config_file": str(base)}, f)
   c = _experiment("proxy").get_config(str(fit_dir))
-  w_NxS = simulate.simulate(runconfig.build(c).curriculum_spec, jax.random.key(0), 600).weights
+  w_NxS = simulate.simulate(runconfig.build(c).curriculum, jax.random.key(0), 600).weights
   np.testing.assert_allclose(w_NxS[500:], 1 / 16, atol=1e-6)
 
 

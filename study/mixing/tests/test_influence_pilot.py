@@ -120,8 +120,8 @@ def test_the_pilot_measures_the_state_before_each_step_on_that_steps_batches(dat
   sampler = data.MixtureSampler(corpus, seq_len=config.data.seq_len,
                                 global_batch_size=config.data.global_batch_size, seed=config.seed)
   state = train.init_state(run, train.run_keys(config.seed))
-  train_step = step.jit_step(run.step_config)
-  sc = run.step_config
+  train_step = step.jit_step(run.step)
+  sc = run.step
   kept, all_batches = {}, []
   for t in range(11):
     w = curriculum.weights_at(curriculum.schedule(state.curriculum), t)
@@ -187,7 +187,7 @@ def test_the_fit_file_is_the_probes_format_and_the_pilot_is_reused(tmp_path, mon
 
 def simulate_weights(config, n):
   from andrea_jax.curriculum import simulate
-  spec = runconfig.build(config).curriculum_spec
+  spec = runconfig.build(config).curriculum
   return simulate.simulate(spec, jax.random.key(0), n).weights
 
 
