@@ -61,7 +61,7 @@ def number(where: str, value, *, low: float | None = None, high: float | None = 
   below = low is not None and (value <= low if low_open else value < low)
   above = high is not None and (value >= high if high_open else value > high)
   if below or above:
-    raise ValueError(f"{where} must be {_interval(low, high, low_open, high_open)}, got {value:g}")
+    raise ValueError(f"{where} must be {_interval(low, high, low_open, high_open)}, got {value}")
   return value
 
 

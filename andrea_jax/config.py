@@ -7,7 +7,7 @@ overrides any field on the command line (``--config.optim.peak_lr=1e-3``). Secti
 * ``data``       -- tokenizer, corpus and batch shape (:func:`andrea_jax.data.config.data_config`);
 * ``optim``      -- AdamW, clipping and the learning-rate schedule;
 * ``curriculum`` -- the mixer, its phases and the geometries of the mixture (:mod:`andrea_jax.curriculum`);
-* ``target_gain`` -- measuring each source's target gain, the bandit's other reward (:mod:`.target_gain`);
+* ``probes``     -- in-step measurements, each source's target gain among them (:mod:`.probes`);
 * ``train``      -- run length, logging, checkpoints;
 * ``eval``       -- held-out loss and text samples;
 * ``cliff``      -- the zombie-cliff detector (:mod:`andrea_jax.cliff`);
@@ -99,6 +99,9 @@ def eval_section(sources: Sequence[str] = SOURCES) -> ml_collections.ConfigDict:
   # the source mixture the run aims at (relative weights; all 0 = none): its held-out loss,
   # eval/target_loss, is reported beside the equal-weight mean (e.g. a corpus's declared target)
   e.target = ml_collections.ConfigDict({source_key(s): 0.0 for s in sources})
+  # comma-separated sources the run evaluates (held-out loss; eval.target may weigh them) and never
+  # trains on: every geometry gives them a ceiling of 0 ("" = none)
+  e.untrained = ""
   return e
 
 
@@ -123,11 +126,11 @@ def base_config(sources: Sequence[str] = SOURCES, corpus: str = "synthetic",
   """
   # Imported here so that importing this module stays light.
   from andrea_jax.cliff import cliff_config
-  from andrea_jax.curriculum.config import curriculum_config
+  from andrea_jax.curriculum.spec import curriculum_config
   from andrea_jax.data.config import data_config
   from andrea_jax.distributed import distributed_config
   from andrea_jax.sharding import mesh_section
-  from andrea_jax.target_gain import target_gain_config
+  from andrea_jax.probes import probes_config
 
   sources = check_sources(sources)
   c = ml_collections.ConfigDict()
@@ -139,9 +142,10 @@ def base_config(sources: Sequence[str] = SOURCES, corpus: str = "synthetic",
   c.data = data_config(sources, corpus)
   c.optim = optim_section()
   c.curriculum = curriculum_config(sources=sources, mixer=mixer)
-  # how fast a step on each source lowers the target's loss (andrea_jax.target_gain): the
-  # bandit's reward "target_gain"
-  c.target_gain = target_gain_config()
+  # in-step measurements keyed by name (andrea_jax.probes), each a per-source signal for the mixers
+  # and the logs: target_gain, how fast a step on each source lowers the target's loss (the
+  # bandit's reward "target_gain"; off until probes.target_gain.every > 0)
+  c.probes = probes_config(sources)
   c.train = train_section()
   c.eval = eval_section(sources)
   c.terrain = terrain_section()  # the basin-width report of a checkpoint (andrea_jax.terrain)
@@ -170,7 +174,7 @@ def with_sources(config: ml_collections.ConfigDict, sources: Sequence[str], *,
     (('code', 'docs', 'reference'), ['code', 'docs', 'reference'])
   """
   from andrea_jax.curriculum import registry
-  from andrea_jax.curriculum.config import full_simplex
+  from andrea_jax.curriculum.geometries import full_simplex
   from andrea_jax.data.config import source_files
 
   sources = check_sources(sources)

@@ -91,7 +91,7 @@ class Evaluator:
     parts = []
     self.eval_sources = []
     for i, name in enumerate(run.sources):
-      if name not in run.used_sources:
+      if name not in run.evaluated:
         continue
       b = data_lib.eval_batches(data, name, seq_len=run.data.seq_len,
                                 num_sequences=self.cfg.sequences_per_source)

@@ -19,7 +19,7 @@ import numpy as np
 from andrea_jax import curriculum
 from andrea_jax import data as data_lib
 from andrea_jax import sharding
-from andrea_jax import target_gain as gain_lib
+from andrea_jax import probes as probes_lib
 
 
 class Closed(RuntimeError):
@@ -85,24 +85,27 @@ def batches(run, data: data_lib.PreparedData, batch_sharding: jax.sharding.Named
             feed: ScheduleFeed, start: int, end: int) -> data_lib.Prefetcher:
   """The batches of steps ``start .. end - 1``, built ahead in a thread (the host-to-device copy
   too) with the weights ``feed`` gives. This process builds only the rows its devices hold, slot
-  k of the global batch's P equal slices; at a target-gain step, the probe's rows too
-  (:mod:`andrea_jax.target_gain`). ``run`` is the :class:`andrea_jax.runconfig.Run`."""
+  k of the global batch's P equal slices, and the rows of the run's probes beside them
+  (:class:`andrea_jax.probes.HostRows`: each probe's own rows at its measuring steps, on sampler
+  streams of its own). ``run`` is the :class:`andrea_jax.runconfig.Run`."""
   rows = run.data.global_batch_size
   lo, hi = sharding.process_rows(batch_sharding, rows)
   slot = dict(process_index=lo // (hi - lo), process_count=rows // (hi - lo))
-  make = lambda **kw: data_lib.MixtureSampler(data, seq_len=run.data.seq_len, **kw)
-  sampler = make(global_batch_size=rows, seed=run.seed, **slot)
-  gain = run.step.target_gain
-  probes = None if gain is None else gain_lib.ProbeBatches(
-      gain, np.asarray(run.target), make, run.seed, **slot)
+  sampler = data_lib.MixtureSampler(data, seq_len=run.data.seq_len, global_batch_size=rows,
+                                    seed=run.seed, **slot)
+
+  def make_sampler(*, global_batch_size: int, salt: int, split: str = "train"):
+    return data_lib.MixtureSampler(data, seq_len=run.data.seq_len,
+                                   global_batch_size=global_batch_size, seed=run.seed ^ salt,
+                                   split=split, **slot)
+
+  probe_rows = probes_lib.HostRows(run.step.probes, make_sampler) if run.step.probes else None
 
   def build(t):
     batch = sharding.global_batch(sampler.batch(t, feed.weights(t)), batch_sharding, rows)
-    if probes is not None:
-      extra = probes.rows(t)
-      for prefix, n in ((gain_lib.PROBE, gain.probe_rows), (gain_lib.TARGET, gain.target_rows)):
-        batch.update(sharding.global_batch(
-            {k: v for k, v in extra.items() if k.startswith(prefix)}, batch_sharding, n))
+    if probe_rows is not None:
+      for key, (n, value) in probe_rows.rows(t).items():
+        batch.update(sharding.global_batch({key: value}, batch_sharding, n))
     return batch
 
   return data_lib.Prefetcher(build, start_step=start, end_step=end,

@@ -251,11 +251,20 @@ def read_jsonl(path: str) -> list[dict]:
 
 
 def step_record(sources: Sequence[str], labels: Sequence[str], m: Mapping[str, Any],
-                weights: np.ndarray) -> dict:
+                weights: np.ndarray, epochs_per_row: Sequence[float] | None = None) -> dict:
   """The deterministic record of one step, from its fetched metrics ``m`` (the step's, on the
   host) and the mixture its batch was drawn from: loss, gradient norm, learning rate, per source
-  its weight, realised share and loss (where it had tokens) and target gain (where measured), the
-  curriculum's scalars (the phase's label by name: ``labels`` is the spec's) and a flagged cliff.
+  its weight, realised share and loss (where it had tokens), each probe's signal where it measured
+  (``<probe>/<source>``, e.g. ``target_gain/docstrings``), the curriculum's scalars (the phase's
+  label by name: ``labels`` is the spec's) and a flagged cliff.
+
+  ``epochs_per_row``: per source, the share of its training tokens one row holds
+  (``seq_len / training tokens``; 0 for a source the run never trains on): the record then holds
+  ``data/epochs/<source>``, the passes over the source's training split so far (rows trained on,
+  skipped non-finite steps not counted, times that share).
+
+  Example: a source of 1,280 training tokens, 40 rows of 128 tokens trained on:
+  ``data/epochs/<source> = 40 * 128 / 1280 = 4.0``.
   """
   rec: dict[str, Any] = {"step": int(m["step"]), "loss": float(m["loss"]),
                          "grad_norm": float(m["grad_norm"]), "lr": float(m["lr"]),
@@ -273,9 +282,15 @@ def step_record(sources: Sequence[str], labels: Sequence[str], m: Mapping[str, A
       rec["curriculum/phase_label"] = labels[int(v)]
     elif v.ndim == 0:
       rec[f"curriculum/{k}"] = v.item()
-  for i, name in enumerate(sources):   # measured at this step (every target_gain.every)
-    if "target_gain" in m and np.isfinite(m["target_gain"][i]):
-      rec[f"target_gain/{name}"] = float(m["target_gain"][i])
+  for signal, values in m.get("signals", {}).items():   # measured at this step (its cadence)
+    for i, name in enumerate(sources):
+      if np.isfinite(values[i]):
+        rec[f"{signal}/{name}"] = float(values[i])
+  if epochs_per_row is not None:
+    rows = np.asarray(m["rows_seen"], np.float64)
+    for i, name in enumerate(sources):
+      if epochs_per_row[i] > 0:
+        rec[f"data/epochs/{name}"] = float(rows[i] * epochs_per_row[i])
   ev = m["cliff"]
   if bool(ev.flag):
     rec["cliff/source"] = sources[int(ev.source)] if int(ev.source) >= 0 else None

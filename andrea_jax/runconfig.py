@@ -22,7 +22,7 @@ from andrea_jax import optim
 from andrea_jax import sharding
 from andrea_jax import sources as sources_lib
 from andrea_jax import step as step_lib
-from andrea_jax import target_gain as gain_lib
+from andrea_jax import probes as probes_lib
 from andrea_jax.data.config import validate_data_config, without_data
 from andrea_jax.model import ModelConfig, Transformer
 
@@ -85,7 +85,8 @@ class Run:
   data: DataSpec
   mesh: sharding.MeshSpec
   sources: tuple[str, ...]
-  used_sources: tuple[str, ...]   # the sources some geometry lets the run sample
+  trainable: tuple[str, ...]      # the sources some geometry lets the run sample
+  evaluated: tuple[str, ...]      # those and eval.untrained: the sources with a held-out loss
   target: tuple[float, ...] | None = None   # eval.target normalised, one weight per source
   seed: int = 0
   record: dict = dataclasses.field(default_factory=dict, compare=False)   # config.to_dict()
@@ -136,11 +137,24 @@ def validate_eval_config(cfg: ml_collections.ConfigDict) -> None:
     raise TypeError(f"eval.prompts must be a list of non-empty strings, got {cfg.prompts!r}")
 
 
+def untrained_sources(cfg: ml_collections.ConfigDict, sources: tuple[str, ...]
+                      ) -> tuple[str, ...]:
+  """``eval.untrained`` (comma-separated names) as a tuple in source order: the sources the run
+  evaluates and never trains on; a ``ValueError`` names an unknown one."""
+  given = [n.strip() for n in checks.text("eval.untrained", cfg.untrained).split(",") if n.strip()]
+  unknown = [n for n in given if n not in sources]
+  if unknown:
+    raise ValueError(f"unknown source {unknown[0]!r} in eval.untrained; known sources are: "
+                     f"{', '.join(sources)}")
+  return tuple(s for s in sources if s in given)
+
+
 def eval_target(cfg: ml_collections.ConfigDict, sources: tuple[str, ...],
                 used: tuple[str, ...]) -> tuple[float, ...] | None:
   """``eval.target`` normalised, one weight per source (``None`` when every weight is 0); a
   ``ValueError`` for an unknown name, a weight that is not a finite number >= 0, or weight on a
-  source the run never samples (it has no held-out loss)."""
+  source the run does not evaluate (``used``: the sources some geometry samples and those of
+  ``eval.untrained``; the others have no held-out loss)."""
   keys = {sources_lib.source_key(s): s for s in sources}
   given = dict(cfg.target)
   unknown = sorted(set(given) - set(keys))
@@ -150,8 +164,9 @@ def eval_target(cfg: ml_collections.ConfigDict, sources: tuple[str, ...],
   for key, name in keys.items():
     w = checks.number(f"eval.target.{key}", given.get(key, 0.0), low=0)
     if w and name not in used:
-      raise ValueError(f"eval.target.{key} = {w} weighs a source no geometry lets the run sample "
-                       "(it has no held-out loss)")
+      raise ValueError(f"eval.target.{key} = {w} weighs a source the run does not evaluate: no "
+                       "geometry lets the run sample it (it has no held-out loss); list it in "
+                       "eval.untrained to evaluate it without training on it")
     w_S.append(float(w))
   total = sum(w_S)
   return tuple(w / total for w in w_S) if total else None
@@ -199,25 +214,27 @@ def _check_sampling(cfg: ml_collections.ConfigDict, tokenizer: str, mcfg: ModelC
                      "eval.sample_tokens (0 turns samples off)")
 
 
+def _check_signals(spec: curriculum.CurriculumSpec, run_probes) -> None:
+  """Every signal a mixer reads is measured by one of the run's probes (before anything
+  compiles): the error names the mixer, the signal and the probe to turn on."""
+  measured = {p.name for p in run_probes}
+  for (name, _), mixer in zip(spec.mixer_set.keys, spec.mixers):
+    for signal in mixer.signals:
+      if signal not in measured:
+        where = ("curriculum.mixer" if mixer is spec.mixer else f"the mixer {name!r}")
+        raise ValueError(
+            f"{where} reads the signal {signal!r}, which the run does not measure: set "
+            f"probes.{signal}.every > 0" + (" (and eval.target)" if signal == "target_gain"
+                                            else f" (or add a probe named {signal!r})"))
+
+
 def _tokenizer_vocab(spec: str) -> int:
   from andrea_jax import data as data_lib
   return data_lib.load_tokenizer(spec).vocab_size
 
 
-def build(config: ml_collections.ConfigDict) -> Run:
-  """Validate ``config`` and build the run's static pieces; raises ``ValueError``/``TypeError``."""
-  seed = checks.integer("seed", config.seed, minimum=0)
-  sources = sources_lib.check_sources(config.sources)
-  validate_train_config(config.train)
-  validate_eval_config(config.eval)
-  validate_data_config(config.data, sources)
-  num_steps = config.train.num_steps
-  optim_spec = optim.OptimSpec.from_config(config.optim, num_steps)
-  mcfg = model_config(config)
-  if config.data.seq_len > mcfg.max_len:
-    raise ValueError(f"data.seq_len = {config.data.seq_len} exceeds model.max_len = {mcfg.max_len}")
-  _check_sampling(config.eval, config.data.tokenizer, mcfg)
-  accum = optim_spec.grad_accum_steps
+def _mesh(config: ml_collections.ConfigDict, accum: int) -> tuple[sharding.MeshSpec, int]:
+  """The mesh section, and the devices every micro-batch is split over (the batch checked)."""
   held = collections.Counter(d.process_index for d in jax.devices())
   if len(set(held.values())) > 1:
     # Each process builds an equal slice of the global batch (data.MixtureSampler); every process
@@ -234,34 +251,61 @@ def build(config: ml_collections.ConfigDict) -> Run:
         f"data.global_batch_size = {batch} is not a multiple of optim.grad_accum_steps x devices = "
         f"{accum} x {devices} (mesh.data x mesh.fsdp = {data} x {fsdp}): each of the {accum} "
         f"micro-batches must give every device whole rows")
-  spec = curriculum.spec_from_config(config.curriculum, sources=sources)
-  used = curriculum.used_sources(spec)
-  empty = without_data(config.data, sources, used)
+  return mesh, devices
+
+
+def _curriculum(config: ml_collections.ConfigDict, sources: tuple[str, ...]
+                ) -> tuple[curriculum.CurriculumSpec, tuple[str, ...], tuple[str, ...]]:
+  """The curriculum's spec, the sources it trains on and the sources the run evaluates (those
+  and ``eval.untrained``), each with data."""
+  untrained = untrained_sources(config.eval, sources)
+  spec = curriculum.spec_from_config(config.curriculum, sources=sources, untrained=untrained)
+  trainable = curriculum.used_sources(spec)
+  evaluated = tuple(s for s in sources if s in trainable or s in untrained)
+  empty = without_data(config.data, sources, evaluated)
   if empty:   # before anything is read, every source at once
     raise ValueError(
         f"no data for the sources {empty}: set data.files.<source>.paths (files) or .format='hf' "
         f"with .dataset (a Hugging Face dataset) for "
         f"{', '.join(sources_lib.source_key(s) for s in empty)}, or give them a ceiling of 0 in "
-        "every geometry")
+        "every geometry (and leave them out of eval.untrained)")
+  num_steps = config.train.num_steps
   late = [f"{name} ({start})" for name, start in zip(spec.geometry_names, spec.starts.tolist())
           if start >= num_steps]
   if late:   # e.g. train.num_steps overridden without the start steps laid out for the old length
     warnings.warn(f"curriculum geometries {', '.join(late)} start at or after train.num_steps = "
-                  f"{num_steps}: they never come into force", stacklevel=2)
-  target = eval_target(config.eval, sources, tuple(used))
-  gain = gain_lib.from_config(config.target_gain, sources=sources, used=tuple(used),
-                              target=target, eps=optim_spec.eps, b2=optim_spec.b2,
-                              devices=devices)
-  if config.curriculum.mixer.get("reward") == "target_gain" and gain is None:
-    raise ValueError("curriculum.mixer.reward = 'target_gain' rewards each source by its target "
-                     "gain, which the run does not measure: set target_gain.every > 0 (and "
-                     "eval.target)")
+                  f"{num_steps}: they never come into force", stacklevel=3)
+  return spec, trainable, evaluated
+
+
+def build(config: ml_collections.ConfigDict) -> Run:
+  """Validate ``config`` and build the run's static pieces; raises ``ValueError``/``TypeError``."""
+  seed = checks.integer("seed", config.seed, minimum=0)
+  sources = sources_lib.check_sources(config.sources)
+  validate_train_config(config.train)
+  validate_eval_config(config.eval)
+  validate_data_config(config.data, sources)
+  num_steps = config.train.num_steps
+  optim_spec = optim.OptimSpec.from_config(config.optim, num_steps)
+  mcfg = model_config(config)
+  if config.data.seq_len > mcfg.max_len:
+    raise ValueError(f"data.seq_len = {config.data.seq_len} exceeds model.max_len = {mcfg.max_len}")
+  _check_sampling(config.eval, config.data.tokenizer, mcfg)
+  accum = optim_spec.grad_accum_steps
+  mesh, devices = _mesh(config, accum)
+  spec, trainable, evaluated = _curriculum(config, sources)
+  target = eval_target(config.eval, sources, evaluated)
+  run_probes = probes_lib.build(config.probes, probes_lib.ProbeEnv(
+      name="", sources=sources, trainable=tuple(s in trainable for s in sources),
+      evaluated=tuple(s in evaluated for s in sources), target=target, optim=optim_spec,
+      devices=devices))
+  _check_signals(spec, run_probes)
   step_cfg = step_lib.StepConfig(
       model=Transformer(mcfg), tx=optim_spec.transform(), schedule=optim_spec.learning_rate(),
       curriculum=spec, cliff=cliff_lib.CliffConfig.from_config(config.cliff),
       num_sources=len(sources), grad_accum_steps=accum,
       max_nonfinite_steps=config.train.max_nonfinite_steps,
-      document_mask=config.train.document_mask, target_gain=gain)
+      document_mask=config.train.document_mask, probes=run_probes)
   t, e, d = config.train, config.eval, config.data
   return Run(model=mcfg, step=step_cfg, optim=optim_spec,
              train=TrainSpec(num_steps=t.num_steps, stop_step=t.stop_step, log_every=t.log_every,
@@ -275,5 +319,6 @@ def build(config: ml_collections.ConfigDict) -> Run:
                            global_batch_size=d.global_batch_size,
                            micro_batch_size=d.global_batch_size // accum, prefetch=d.prefetch,
                            frozen=ml_collections.FrozenConfigDict(d)),
-             mesh=mesh, sources=sources, used_sources=tuple(used), target=target, seed=seed,
+             mesh=mesh, sources=sources, trainable=trainable, evaluated=evaluated, target=target,
+             seed=seed,
              record=config.to_dict())

@@ -13,15 +13,19 @@ step when it is built. The step does, in order:
 3. the gradient's global norm, computed once for the metric and the clipping, then the AdamW
    update -- skipped, leaving the state untouched, when the loss, the gradient or the new weights are
    not finite;
-4. every ``target_gain.every`` steps, the sources' target gains at the weights the step started
-   from (:mod:`andrea_jax.target_gain`, on the batch's ``probe/`` and ``target/`` rows);
-5. the curriculum update with the per-source losses and gains (the weights of the batches to come);
-6. the zombie-cliff detector on the same numbers (it may exclude a source from the next phase on).
+4. the curriculum update with the per-source losses and the probes' signals (the weights of the
+   batches to come);
+5. the zombie-cliff detector on the same numbers (it may exclude a source from the next phase on).
+
+Before all of this, each of the run's probes (:mod:`andrea_jax.probes`; the target gain of
+:mod:`andrea_jax.probes.target_gain` among them) measures its per-source signal at the weights the
+step starts from, at its own cadence (``lax.cond``: NaN and nothing computed at the other steps),
+on the rows the batch carries for it.
 
 Batches are dicts of arrays: ``inputs``, ``targets``, ``segment_ids``, ``positions`` ``[B, T]`` int32
 and ``source_ids`` ``[B]`` int32 (see :mod:`andrea_jax.data`), and ``loss_mask`` ``[B, T]`` uint8
 when some source of the run counts only some of its tokens (a chat source's ``loss_on``); a run
-that measures target gains adds the same keys under ``probe/`` and ``target/`` for their rows.
+with probes adds each probe's rows under ``probes/<name>/<group>/`` (:func:`probes.rows_key`).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import optax
 
 from andrea_jax import cliff as cliff_lib
 from andrea_jax import curriculum
-from andrea_jax import target_gain as gain_lib
+from andrea_jax import probes as probes_lib
 from andrea_jax import xent as xent_lib
 from andrea_jax.model import Transformer
 
@@ -55,6 +59,7 @@ class TrainState:
   cliff: cliff_lib.CliffState     # the zombie-cliff detector
   nonfinite_streak: jax.Array     # int32: consecutive skipped (non-finite) steps so far
   halted_at: jax.Array            # int32: first step of a streak that reached the limit; -1 if none
+  rows_seen: jax.Array            # [S] int32: rows of each source trained on (skipped steps not)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +79,7 @@ class StepConfig:
   grad_accum_steps: int = 1
   max_nonfinite_steps: int = 5
   document_mask: bool = True      # attention within each packed document only (see token_losses)
-  target_gain: gain_lib.TargetGain | None = None   # the sources' target gains, measured or not
+  probes: tuple[probes_lib.Probe, ...] = ()   # in-step measurements, each at its own cadence
   # The fused output projection and loss (None: the model's float32 logits, then optax's loss).
   xent: xent_lib.XentConfig | None = xent_lib.XentConfig()
   # The loss divided by the token count inside (the gradient comes out divided), and one global
@@ -233,45 +238,44 @@ def apply_gradients(cfg: StepConfig, params: PyTree, opt_state: PyTree, grads: P
   return keep(new_params, params), keep(new_opt_state, opt_state), grad_norm, finite
 
 
-def measure_gains(cfg: StepConfig, state: TrainState, probe: Batch, target: Batch) -> jax.Array:
-  """``[S]`` target gains at ``state``'s weights on the probe and target rows at the measuring
-  steps (:func:`andrea_jax.target_gain.is_measured`; NaN at the others, computing nothing)."""
-  tg = cfg.target_gain
-  # The per-source losses go through forward mode: XLA attention (cuDNN's kernel has a custom
-  # gradient, which forward mode cannot go through), the same weights and function.
+def probe_context(cfg: StepConfig) -> probes_lib.ProbeContext:
+  """What the step lends its probes: the training model's per-token loss (float32 logits), and
+  the same through XLA attention for forward-mode differentiation (cuDNN's kernel has a custom
+  gradient, which ``jax.jvp`` cannot go through): the same weights and function."""
   plain = Transformer(dataclasses.replace(cfg.model.config, attention_impl="xla"))
+  return probes_lib.ProbeContext(
+      num_sources=cfg.num_sources,
+      token_losses=lambda p, rows: token_losses(cfg.model, p, rows, cfg.document_mask),
+      forward_token_losses=lambda p, rows: token_losses(plain, p, rows, cfg.document_mask))
 
-  def source_losses(params):
-    loss_BxT, mask_BxT = token_losses(plain, params, probe, cfg.document_mask)
-    loss_S, tokens_S = per_source_sums(loss_BxT, mask_BxT, probe["source_ids"], cfg.num_sources)
-    return loss_S / jnp.maximum(tokens_S, 1.0), tokens_S
 
-  def target_loss(params):
-    loss_BxT, mask_BxT = token_losses(cfg.model, params, target, cfg.document_mask)
-    return loss_BxT.sum() / jnp.maximum(mask_BxT.sum(), 1.0)
-
-  def measure(params, opt_state):
-    p = gain_lib.preconditioner(opt_state, params, tg.eps, tg.b2) if tg.precondition else None
-    return gain_lib.gains(source_losses, target_loss, params, p)
-
-  return jax.lax.cond(gain_lib.is_measured(state.step, tg.every), measure,
-                      lambda *_: jnp.full((cfg.num_sources,), jnp.nan, jnp.float32),
-                      state.params, state.opt_state)
+def measure_probes(cfg: StepConfig, state: TrainState, rows: dict) -> dict[str, jax.Array]:
+  """Each probe's ``[S]`` signal at ``state``'s weights on its rows: measured at its steps
+  (:func:`andrea_jax.probes.is_due`), NaN at the others (``lax.cond``: nothing computed)."""
+  ctx, signals = probe_context(cfg), {}
+  for probe in cfg.probes:
+    def measure(params, opt_state, groups, probe=probe):
+      return jnp.asarray(probe.measure(ctx, probes_lib.At(state.step, params, opt_state), groups),
+                         jnp.float32)
+    signals[probe.name] = jax.lax.cond(
+        probes_lib.is_due(state.step, probe.every), measure,
+        lambda *_: jnp.full((cfg.num_sources,), jnp.nan, jnp.float32),
+        state.params, state.opt_state, rows[probe.name])
+  return signals
 
 
 def train_step(cfg: StepConfig, state: TrainState, batch: Batch) -> tuple[TrainState, dict]:
   """One optimizer step; pure. Jit it once with ``donate_argnums`` on the state (see :func:`jit_step`)."""
   step = state.step
-  batch, probe, target = gain_lib.split(batch)
-  gain_S = (measure_gains(cfg, state, probe, target)
-            if cfg.target_gain is not None and probe is not None else None)
+  batch, rows = probes_lib.split(batch)
+  signals = measure_probes(cfg, state, rows)
   loss, grads, loss_sum_S, tokens_S = loss_and_grads(cfg, state.params, batch)
   params, opt_state, grad_norm, finite = apply_gradients(cfg, state.params, state.opt_state,
                                                          grads, loss)
 
   losses_S = loss_sum_S / jnp.maximum(tokens_S, 1.0)
   cur = curriculum.update(cfg.curriculum, state.curriculum, step, losses_S,
-                          jnp.where(finite, tokens_S, 0.0), gain_S)
+                          jnp.where(finite, tokens_S, 0.0), signals)
   cliff_state, event = cliff_lib.cliff_update(cfg.cliff, state.cliff, step, loss, losses_S,
                                               jnp.where(finite, tokens_S, 0.0))
   if cfg.cliff.respond:
@@ -283,8 +287,12 @@ def train_step(cfg: StepConfig, state: TrainState, batch: Batch) -> tuple[TrainS
   streak = jnp.where(finite, 0, state.nonfinite_streak + 1)
   halted_at = jnp.where((state.halted_at < 0) & (streak >= cfg.max_nonfinite_steps),
                         step - streak + 1, state.halted_at)
+  rows_S = jax.ops.segment_sum(jnp.ones_like(batch["source_ids"]), batch["source_ids"],
+                               num_segments=cfg.num_sources)
+  rows_seen = state.rows_seen + jnp.where(finite, rows_S, 0).astype(jnp.int32)
   new_state = TrainState(step=step + 1, params=params, opt_state=opt_state, curriculum=cur,
-                         cliff=cliff_state, nonfinite_streak=streak, halted_at=halted_at)
+                         cliff=cliff_state, nonfinite_streak=streak, halted_at=halted_at,
+                         rows_seen=rows_seen)
   metrics = {
       "step": step,
       "loss": loss,
@@ -297,9 +305,9 @@ def train_step(cfg: StepConfig, state: TrainState, batch: Batch) -> tuple[TrainS
       "curriculum": curriculum.metrics(cfg.curriculum, cur),
       "cliff": event,
       "halted_at": halted_at,
+      "rows_seen": rows_seen,
+      "signals": signals,
   }
-  if gain_S is not None:
-    metrics["target_gain"] = gain_S
   return new_state, metrics
 
 

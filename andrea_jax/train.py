@@ -124,7 +124,7 @@ def train_loop(run: runconfig.Run, rd: rundir_lib.RunDir, opened: Opened, start:
     evaluator = eval_lib.Evaluator(
         run, opened.data, opened.tokenizer, opened.keys["eval"], rd.samples_path,
         mesh=opened.mesh, vocabulary=data_lib.corpus_vocabulary(run.data.section()))
-    log, flush = _logging(run, rd, feed, bar, start)
+    log, flush = _logging(run, rd, feed, bar, start, opened.data)
     evaluate = lambda at, _=None: _evaluate(rd, evaluator, loop, flush, at)
     checkpoint = lambda at, _=None: _checkpoint(run, rd, opened, loop, flush, at)
     hooks = [Hook(lambda done: done % run.train.log_every == 0 or done == run.train.num_steps,
@@ -173,7 +173,7 @@ class _LoopState:
 
 
 def _logging(run: runconfig.Run, rd: rundir_lib.RunDir, feed: feed_lib.ScheduleFeed, bar,
-             start: int):
+             start: int, data: data_lib.PreparedData):
   """The log hook (a step's metrics kept to be read one step late, and its throughput) and
   ``flush``, which reads and writes the pending step's record."""
   pending: list[tuple[int, dict]] = []
@@ -182,6 +182,8 @@ def _logging(run: runconfig.Run, rd: rundir_lib.RunDir, feed: feed_lib.ScheduleF
   peak = logs.peak_flops()   # this process's devices
   peak = peak * jax.process_count() if peak else None
   last = [time.perf_counter(), start]   # the time and step of the last throughput record
+  epochs_per_row = [run.data.seq_len / max(data.num_tokens(s, "train"), 1)
+                    if s in run.trainable else 0.0 for s in run.sources]
 
   def log(done: int, metrics: dict) -> None:
     t = done - 1
@@ -202,7 +204,7 @@ def _logging(run: runconfig.Run, rd: rundir_lib.RunDir, feed: feed_lib.ScheduleF
       t, metrics = pending.pop(0)
       m = jax.device_get(metrics)
       _raise_if_halted(run, m["halted_at"])
-      rec = logs.step_record(run.sources, run.curriculum.labels, m, feed.used(t))
+      rec = logs.step_record(run.sources, run.curriculum.labels, m, feed.used(t), epochs_per_row)
       rd.logger.write(rec)
       if bar is not None:
         bar.set_description(f"loss {rec['loss']:.3f}")
@@ -272,6 +274,7 @@ def init_state(run: runconfig.Run, keys: dict[str, jax.Array]) -> step_lib.Train
       cliff=cliff_lib.cliff_init(len(run.sources), run.cliff.window),
       nonfinite_streak=jnp.zeros((), jnp.int32),
       halted_at=jnp.full((), -1, jnp.int32),
+      rows_seen=jnp.zeros((len(run.sources),), jnp.int32),
   )
 
 
@@ -279,7 +282,7 @@ def setup(run: runconfig.Run) -> Opened:
   """The data, the device mesh, a fresh sharded state and the jitted step."""
   tokenizer = data_lib.load_tokenizer(run.data.tokenizer)
   data = data_lib.open_training_data(run.data.section(), tokenizer, sources=run.sources,
-                                     required=run.used_sources)
+                                     required=run.evaluated)
   keys = run_keys(run.seed)
   mesh = sharding.make_mesh(run.mesh)
   state, state_shardings = sharding.init_sharded(

@@ -60,8 +60,8 @@ def _programs(run, spec: dict, state, batch):
   from andrea_jax import xent
 
   m = run.model
-  earlier = gpu_step.step(run, dict(spec, **gpu.LEVERS_OFF))
-  now = gpu_step.step(run, dict(spec, **gpu.LEVERS_ON))
+  earlier = gpu_step.step_config(run, dict(spec, **gpu.LEVERS_OFF))
+  now = gpu_step.step_config(run, dict(spec, **gpu.LEVERS_ON))
   B, T, D = spec["batch"], spec["seq_len"], m.d_model
   weights_BxT = step_lib.loss_weights(batch)
   n = jnp.maximum(weights_BxT.sum(), 1.0)

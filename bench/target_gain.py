@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from andrea_jax import curriculum, runconfig, step as step_lib, target_gain, train
+from andrea_jax import curriculum, probes, runconfig, step as step_lib, train
 from bench.train import random_batch
 
 
@@ -28,7 +28,8 @@ def _config(measure: bool, rows_per_source: int, target_rows: int):
   from experiments import tiny
   c = tiny.get_config()
   if measure:
-    c.target_gain.update(every=1, rows_per_source=rows_per_source, target_rows=target_rows)
+    c.probes.target_gain.update(every=1, rows_per_source=rows_per_source,
+                               target_rows=target_rows)
     curriculum.set_mixer(c, "andrea", reward="target_gain")
   return c
 
@@ -39,14 +40,13 @@ def _timer(c, key):
   vocab, seq = run.model.vocab_size, c.data.seq_len
   k1, k2, k3 = jax.random.split(key, 3)
   batch = random_batch(k1, c.data.global_batch_size, seq, vocab, len(run.sources))
-  gain = run.step.target_gain
-  if gain is not None:
-    probe = random_batch(k2, gain.probe_rows, seq, vocab, 1)
-    used = np.flatnonzero(gain.measured)
-    probe["source_ids"] = jnp.asarray(np.repeat(used, gain.rows_per_source), jnp.int32)
-    batch.update({target_gain.PROBE + k: v for k, v in probe.items()})
-    batch.update({target_gain.TARGET + k: v for k, v in random_batch(
-        k3, gain.target_rows, seq, vocab, len(run.sources)).items()})
+  for gain in run.step.probes:   # the target gain's rows: probe rows of each trainable source
+    probe = random_batch(k2, gain.rows["probe"], seq, vocab, 1)
+    used = [run.sources.index(s) for s in run.trainable]
+    probe["source_ids"] = jnp.asarray(np.repeat(used, gain.rows["probe"] // len(used)), jnp.int32)
+    batch.update({probes.rows_key(gain.name, "probe", k): v for k, v in probe.items()})
+    batch.update({probes.rows_key(gain.name, "target", k): v for k, v in random_batch(
+        k3, gain.rows["target"], seq, vocab, len(run.sources)).items()})
   step = step_lib.jit_step(run.step)
   state, m = step(state, batch)
   jax.block_until_ready(m["loss"])
@@ -66,7 +66,7 @@ def main():
   parser.add_argument("--quick", action="store_true", help="fewer rounds and steps")
   args = parser.parse_args()
   rounds, steps = (3, 5) if args.quick else (7, 20)
-  defaults = target_gain.target_gain_config()
+  defaults = probes.probe_config("target_gain")
   rows, target_rows = defaults.rows_per_source, defaults.target_rows
   timers = {"off": _timer(_config(False, rows, target_rows), jax.random.key(0)),
             "every step": _timer(_config(True, rows, target_rows), jax.random.key(0))}
@@ -83,7 +83,7 @@ def main():
   print(f"{'no measurement':34s} {1e3 * off:9.2f} {'':>9s}")
   print(f"{'a measurement at every step':34s} {1e3 * on:9.2f} {cost:9.1%}")
   for every in (4, 8, 16, 32):
-    print(f"{f'target_gain.every = {every}':34s} {1e3 * (off + (on - off) / every):9.2f} "
+    print(f"{f'probes.target_gain.every = {every}':34s} {1e3 * (off + (on - off) / every):9.2f} "
           f"{cost / every:9.1%}")
 
 

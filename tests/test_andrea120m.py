@@ -83,7 +83,7 @@ def test_the_real_run_reads_the_verified_datasets_and_names_the_sources_left_to_
     f = c.data.files[source.replace("-", "_")]
     assert (f.format, f.dataset, f.split, f.streaming) == ("hf", verified.spec.dataset,
                                                            verified.spec.split, True)
-  unset = [s for s in runconfig.build(_get_config("v3:synthetic")).used_sources
+  unset = [s for s in runconfig.build(_get_config("v3:synthetic")).evaluated
            if s not in HUB_SOURCES]
   with pytest.raises(ValueError, match=re.escape(f"no data for the sources {unset}")):
     runconfig.build(c)

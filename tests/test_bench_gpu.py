@@ -276,7 +276,7 @@ def test_every_bench_row_builds_a_valid_run(name, cpu):
     assert m.attention_impl == spec["attn"]
   assert run.step.document_mask == spec["packed"] and m.remat == spec["remat"]
   assert run.step.grad_accum_steps == spec["accum"]
-  step = gpu_step.step(run, spec)
+  step = gpu_step.step_config(run, spec)
   assert (step.xent is not None, step.lean_update, step.model.config.split_qkv) == (
       spec["fused_loss"], spec["lean_update"], spec["split_qkv"])
 

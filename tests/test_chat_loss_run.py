@@ -120,7 +120,7 @@ def test_a_run_on_assistant_turns_trains_on_the_masked_loss_and_resumes_bit_iden
   c = config()
   run = runconfig.build(c)
   tok = data_lib.load_tokenizer(c.data.tokenizer)
-  data = data_lib.open_training_data(c.data, tok, sources=run.sources, required=run.used_sources,
+  data = data_lib.open_training_data(c.data, tok, sources=run.sources, required=run.evaluated,
                                      progress=False)
   assert data.masked_sources == ("chat", "qa")
   state = jax.jit(lambda: train.init_state(run, train.run_keys(c.seed)))()

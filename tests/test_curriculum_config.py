@@ -205,8 +205,8 @@ def _config(**geometry_fields):
     ({"mixer__eta": 0.0}, ValueError, "curriculum.mixer.eta must be in (0, 1], got 0.0"),
     ({"mixer__discount": 0.0}, ValueError,
      "curriculum.mixer.discount must be in (0, 1], got 0.0"),
-    ({"mixer__reward": "loss"}, ValueError,
-     "curriculum.mixer.reward must be one of ('progress', 'target_gain'), got 'loss'"),
+    ({"mixer__reward": "no.such_module:reward"}, ValueError,
+     "curriculum.mixer.reward = 'no.such_module:reward': cannot import 'no.such_module'"),
 ])
 def test_validation_messages(fields, err, message):
   with pytest.raises(err) as e:
@@ -230,7 +230,7 @@ def test_validation_of_types_and_missing_fields():
     curriculum.spec_from_config(c)
   c = ml_collections.ConfigDict(curriculum.curriculum_config().to_dict(), type_safe=False)
   c.phase_min_steps = "seven"
-  with pytest.raises(TypeError, match=r"curriculum.phase_min_steps must be an int, got 'seven'"):
+  with pytest.raises(TypeError, match=r"curriculum.phase_min_steps must be an integer, got 'seven'"):
     curriculum.spec_from_config(c)
   c.phase_min_steps = 7
   c.geometries.v3_polish.floors.hermes3_general = "0.7"

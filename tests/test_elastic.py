@@ -19,7 +19,7 @@ def test_params_are_validated():
     elastic.ElasticParams(uniform_mix=1.5)
   with pytest.raises(ValueError, match="elastic.burn_in must be >= 0, got -1"):
     elastic.ElasticParams(burn_in=-1)
-  with pytest.raises(TypeError, match="elastic.burn_in must be an int, got 2.0"):
+  with pytest.raises(TypeError, match="elastic.burn_in must be an integer, got 2.0"):
     elastic.ElasticParams(burn_in=2.0)
   with pytest.raises(ValueError, match="elastic.forget must be finite, got nan"):
     elastic.ElasticParams(forget=math.nan)

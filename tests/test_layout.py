@@ -16,10 +16,10 @@ PACKAGE = REPO / "andrea_jax"
 
 # The layers, lowest first: a module may import its own layer and the layers below, never above.
 LAYERS = (
-    {"checks", "sources", "attention", "model", "simplex", "heads", "optim", "repetition", "storage",
-     "signals", "xent"},
+    {"checks", "plugins", "sources", "attention", "model", "simplex", "heads", "optim", "repetition",
+     "storage", "signals", "xent"},
     {"curriculum", "data", "cliff", "generate", "convert", "sharding", "distributed", "workdir",
-     "target_gain"},
+     "probes"},
     {"step"},
     {"runconfig", "config", "checkpoint", "feed", "logs", "plots", "evaluate", "viz", "resume",
      "rundir"},

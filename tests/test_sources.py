@@ -97,7 +97,7 @@ def test_a_geometry_or_mixture_naming_an_undeclared_source_is_refused():
 def test_a_built_in_corpus_must_hold_the_declared_sources():
   c = with_sources(base_config(), ["chat", "gutenberg"])        # two of the synthetic sixteen
   run = runconfig.build(c)
-  assert run.sources == ("chat", "gutenberg") and run.used_sources == ("chat", "gutenberg")
+  assert run.sources == ("chat", "gutenberg") and run.evaluated == ("chat", "gutenberg")
   c = with_sources(base_config(), ["chat", "poetry"])
   with pytest.raises(ValueError, match=r"sources \['poetry'\] are not sources of the built-in "
                                        r"corpus 'synthetic'"):

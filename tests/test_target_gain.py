@@ -10,8 +10,9 @@ import numpy as np
 import optax
 import pytest
 
-from andrea_jax import curriculum, runconfig, step as step_lib, target_gain, train
+from andrea_jax import curriculum, optim, probes, runconfig, step as step_lib, train
 from andrea_jax.curriculum import bandit
+from andrea_jax.probes import target_gain
 from tests.util import small_run_config
 
 
@@ -79,38 +80,93 @@ def test_the_preconditioner_is_adams_bias_corrected_denominator():
   np.testing.assert_array_equal(target_gain.preconditioner((), params, 1e-3, 0.9)["w"], 1.0)
 
 
+def _env(sources=("a", "b"), trainable=(True, False), target=(1.0, 0.0), devices=1):
+  return probes.ProbeEnv(name="target_gain", sources=sources, trainable=trainable,
+                         evaluated=(True,) * len(sources), target=target,
+                         optim=optim.OptimSpec.from_config(
+                             ml_collections.ConfigDict(_optim_section()), 10_000), devices=devices)
+
+
+def _optim_section():
+  from andrea_jax.config import optim_section
+  return optim_section().to_dict()
+
+
 def test_gains_are_measured_after_every_minus_one_updates_and_reach_the_log_steps():
   """every = 4: steps 3, 7, 11, 15 (t + 1 a multiple of 4, so never step 0, before any update);
-  a log every 8 steps (steps 7, 15) always finds a measurement. The host sends rows exactly then."""
-  assert [t for t in range(16) if target_gain.is_measured(t, 4)] == [3, 7, 11, 15]
-  spec = target_gain.TargetGain(every=4, rows_per_source=1, target_rows=2, precondition=True,
-                                eps=1e-8, b2=0.95, measured=(True, False))
+  a log every 8 steps (steps 7, 15) always finds a measurement. The host sends rows exactly then,
+  and zero rows of the same shapes at the other steps."""
+  assert [t for t in range(16) if probes.is_due(t, 4)] == [3, 7, 11, 15]
+  probe = target_gain.probe(_env(), every=4, rows_per_source=1, target_rows=2)._replace(
+      name="target_gain")
+  assert dict(probe.rows) == {"probe": 1, "target": 2}   # one trainable source
 
   class Sampler:
-    def __init__(self, global_batch_size, seed, **_):
-      self.rows = global_batch_size
+    def __init__(self, global_batch_size, salt, split="train"):
+      self.rows, self.split = global_batch_size, split
 
     def batch(self, step, weights):
       return {"inputs": np.full((self.rows, 3), step + 1, np.int32)}
 
-  host = target_gain.ProbeBatches(spec, np.array([1.0, 0.0]), Sampler, seed=0)
-  sent = [t for t in range(16) if host.rows(t)["probe/inputs"].any()]
+  host = probes.HostRows((probe,), Sampler)
+  key = lambda group: probes.rows_key("target_gain", group, "inputs")
+  sent = [t for t in range(16) if host.rows(t)[key("probe")][1].any()]
   assert sent == [3, 7, 11, 15]
-  assert all(host.rows(t)["target/inputs"].shape == (2, 3) for t in range(16))
+  assert all(host.rows(t)[key("target")] [1].shape == (2, 3) for t in range(16))
   assert {7, 15} <= set(sent)
+
+
+def test_the_target_rows_come_from_the_split_the_probe_names():
+  """``target_split = "eval"`` asks the sampler for held-out rows; the probe rows stay training
+  rows. A split that is neither is refused naming the field."""
+  asked = []
+
+  def make(global_batch_size, salt, split="train"):
+    asked.append((global_batch_size, split))
+
+    class S:
+      def batch(self, step, weights):
+        return {"inputs": np.zeros((global_batch_size, 3), np.int32)}
+    return S()
+
+  target_gain.probe(_env(), every=2, target_split="eval").draw(make)
+  assert asked == [(2, "train"), (8, "eval")]
+  with pytest.raises(ValueError, match=r"probes.target_gain.target_split must be one of "
+                                       r"\('train', 'eval'\), got 'test'"):
+    target_gain.probe(_env(), every=2, target_split="test")
+
+
+def test_only_the_trainable_sources_are_probed():
+  """A source no geometry samples (e.g. one in eval.untrained) gets no probe rows: its gain is
+  NaN, and the probe rows are spread over the trainable sources only."""
+  env = _env(sources=("a", "b", "c"), trainable=(True, False, True), target=(0, 1.0, 0))
+  probe = target_gain.probe(env, every=1, rows_per_source=3)
+  assert probe.rows["probe"] == 6
+  weights = []
+
+  def make(global_batch_size, salt, split="train"):
+    class S:
+      def batch(self, step, w):
+        weights.append(np.asarray(w))
+        return {"inputs": np.zeros((global_batch_size, 3), np.int32)}
+    return S()
+
+  probe.draw(make)(0)
+  np.testing.assert_allclose(weights[0], [0.5, 0.0, 0.5])   # the probe rows: trainable only
+  np.testing.assert_allclose(weights[1], [0.0, 1.0, 0.0])   # the target rows: the target
 
 
 def test_close_gain_window_keeps_a_discounted_mean_gain():
   """Window 1: gains (2, -1) then (4, NaN); window 2 (three steps): (1, 3). With gamma = 0.5:
   N = 0.5^3 (2, 1) + (1, 1), P = 0.5^3 (6, -1) + (1, 3), hat p = P / N (worked by hand)."""
   p = bandit.BanditParams(discount=0.5)
-  s = bandit.observe_gain(bandit.init(2), jnp.array([2.0, -1.0]))
-  s = bandit.close_gain_window(p, bandit.observe_gain(s, jnp.array([4.0, jnp.nan])))
+  s = bandit.observe_signal(bandit.init(2), jnp.array([2.0, -1.0]))
+  s = bandit.close_signal_window(p, bandit.observe_signal(s, jnp.array([4.0, jnp.nan])))
   np.testing.assert_allclose(s.counts, [2.0, 1.0])
   np.testing.assert_allclose(s.progress, [6.0, -1.0])
   for gain in ([jnp.nan, jnp.nan], [1.0, 3.0], [jnp.nan, jnp.nan]):
-    s = bandit.observe_gain(s, jnp.array(gain))
-  s = bandit.close_gain_window(p, s)
+    s = bandit.observe_signal(s, jnp.array(gain))
+  s = bandit.close_signal_window(p, s)
   n = 0.125 * np.array([2.0, 1.0]) + 1
   np.testing.assert_allclose(s.counts, n, rtol=1e-6)
   np.testing.assert_allclose(bandit.estimates(s), (0.125 * np.array([6.0, -1.0]) + [1, 3]) / n,
@@ -129,7 +185,7 @@ def test_the_walk_rewarded_by_gain_steps_toward_the_best_source():
   spec = curriculum.spec_from_config(c, sources=sources)
   state = curriculum.init(spec, jax.random.key(0))
   update = jax.jit(lambda s, t, g: curriculum.update(
-      spec, s, t, jnp.array([5.0 - 0.01 * t, 5.0, 5.0]), jnp.full(3, 10.0), g))
+      spec, s, t, jnp.array([5.0 - 0.01 * t, 5.0, 5.0]), jnp.full(3, 10.0), {"target_gain": g}))
   used, snaps = [], {-1: curriculum.schedule(state)}
   for t in range(300):
     used.append(curriculum.weights_at(snaps[max(t - 1 - spec.decision_lag, -1)], t))
@@ -148,7 +204,7 @@ def _gain_config(num_steps=20, every=2):
   c = small_run_config(num_steps=num_steps)
   c.eval.target.chat = 1.0
   c.eval.target.gutenberg = 1.0
-  c.target_gain.update(every=every, rows_per_source=1, target_rows=4)
+  c.probes.target_gain.update(every=every, rows_per_source=1, target_rows=4)
   curriculum.set_mixer(c, "andrea", reward="target_gain")
   return c
 
@@ -162,20 +218,22 @@ def test_the_step_measures_what_the_gradients_say(data_cache):
   run = runconfig.build(c)
   tokenizer = data_lib.load_tokenizer(c.data.tokenizer)
   data = data_lib.open_training_data(c.data, tokenizer, sources=run.sources,
-                                     required=run.used_sources)
+                                     required=run.evaluated)
   state = train.init_state(run, train.run_keys(0))
-  gain = run.step.target_gain
-  make = lambda **kw: data_lib.MixtureSampler(data, seq_len=c.data.seq_len, **kw)
-  host = target_gain.ProbeBatches(gain, np.asarray(run.target), make, c.seed)
-  sampler = make(global_batch_size=16, seed=0)
+  (gain,) = run.step.probes
+  make = lambda salt, split="train", **kw: data_lib.MixtureSampler(
+      data, seq_len=c.data.seq_len, seed=c.seed ^ salt, split=split, **kw)
+  host = probes.HostRows(run.step.probes, make)
+  sampler = data_lib.MixtureSampler(data, seq_len=c.data.seq_len, global_batch_size=16, seed=0)
   step = jax.jit(lambda s, b: step_lib.train_step(run.step, s, b))
   batch_at = lambda t: {k: jnp.asarray(v) for k, v in {
-      **sampler.batch(t, np.full(16, 1 / 16)), **host.rows(t)}.items()}
+      **sampler.batch(t, np.full(16, 1 / 16)),
+      **{key: rows for key, (_, rows) in host.rows(t).items()}}.items()}
   state, metrics = step(state, batch_at(0))   # every = 2: step 0 updates, measures nothing
-  assert np.isnan(np.asarray(metrics["target_gain"])).all()
-  rows = host.rows(1)
+  assert np.isnan(np.asarray(metrics["signals"]["target_gain"])).all()
+  _, rows = probes.split(batch_at(1))
   _, metrics = step(state, batch_at(1))       # step 1 measures at the weights after one update
-  _, probe, tgt = target_gain.split({k: jnp.asarray(v) for k, v in rows.items()})
+  probe, tgt = rows["target_gain"]["probe"], rows["target_gain"]["target"]
 
   def mean_grad(b):
     def mean(p):
@@ -188,10 +246,10 @@ def test_the_step_measures_what_the_gradients_say(data_cache):
       state.opt_state, state.params, c.optim.eps, c.optim.b2))]).astype(np.float64)
   d = p * mean_grad(tgt)
   ids = np.asarray(probe["source_ids"])
-  got = np.asarray(metrics["target_gain"])
+  got = np.asarray(metrics["signals"]["target_gain"])
   for s in range(16):
     rows_s = np.flatnonzero(ids == s)
-    if not run.step.target_gain.measured[s]:
+    if run.sources[s] not in run.trainable:
       assert np.isnan(got[s])
       continue
     want = d @ mean_grad({k: v[rows_s] for k, v in probe.items()})
@@ -201,23 +259,45 @@ def test_the_step_measures_what_the_gradients_say(data_cache):
 def test_a_gain_reward_needs_the_measurement_and_a_target():
   c = small_run_config()
   curriculum.set_mixer(c, "andrea", reward="target_gain")
-  with pytest.raises(ValueError, match=r"curriculum.mixer.reward = 'target_gain' .* set "
-                                       r"target_gain.every > 0"):
+  with pytest.raises(ValueError, match=r"curriculum.mixer reads the signal 'target_gain', which the "
+                                       r"run does not measure: set probes.target_gain.every > 0"):
     runconfig.build(c)
-  c.target_gain.every = 4
-  with pytest.raises(ValueError, match=r"target_gain.every = 4 measures .* eval.target is not "
-                                       r"set"):
+  c.probes.target_gain.every = 4
+  with pytest.raises(ValueError, match=r"probes.target_gain.every = 4 measures .* eval.target is "
+                                       r"not set"):
     runconfig.build(c)
   c.eval.target.chat = 1.0
-  c.target_gain.rows_per_source = 0
-  with pytest.raises(ValueError, match=r"target_gain.rows_per_source must be an integer >= 1, "
-                                       r"got 0"):
+  c.probes.target_gain.rows_per_source = 0
+  with pytest.raises(ValueError, match=r"probes.target_gain.rows_per_source must be >= 1, got 0"):
     runconfig.build(c)
-  c.target_gain.rows_per_source = 1
-  with pytest.raises(ValueError, match=r"target_gain.target_rows = 8 rows is not a multiple of "
-                                       r"the 3 devices"):
-    target_gain.from_config(c.target_gain, sources=("a",), used=("a",), target=(1.0,), eps=1e-8,
-                            b2=0.95, devices=3)
+  c.probes.target_gain.rows_per_source = 1
+  with pytest.raises(ValueError, match=r"probes.target_gain.target_rows = 8 rows is not a "
+                                       r"multiple of the 3 devices"):
+    target_gain.probe(_env(devices=3), every=4, rows_per_source=3)
+
+
+def test_the_target_may_be_a_source_the_run_only_evaluates():
+  """eval.untrained: a source evaluated, weighed by the target, never sampled (a ceiling of 0 in
+  every geometry), never probed; a floor on it is refused naming the field."""
+  c = _gain_config()
+  c.eval.target.chat = 0.0
+  c.eval.target.gutenberg = 0.0
+  c.eval.target.dictionary = 1.0
+  c.eval.untrained = "dictionary"
+  run = runconfig.build(c)
+  assert "dictionary" in run.evaluated and "dictionary" not in run.trainable
+  assert run.curriculum.uppers[:, run.sources.index("dictionary")].max() == 0
+  (probe,) = run.step.probes
+  assert probe.rows["probe"] == len(run.trainable)
+  c.eval.untrained = "dictionary,nope"
+  with pytest.raises(ValueError, match=r"unknown source 'nope' in eval.untrained"):
+    runconfig.build(c)
+  c.eval.untrained = "chat"
+  first = sorted(c.curriculum.geometries.keys())[0]
+  c.curriculum.geometries[first].floors.chat = 0.2
+  with pytest.raises(ValueError, match=rf"curriculum.geometries.{first}.floors.chat = 0.2 on "
+                                       r"'chat', which eval.untrained lists"):
+    runconfig.build(c)
 
 
 @pytest.mark.slow

@@ -63,7 +63,7 @@ def test_the_newest_checkpoint_by_default_and_its_config(workdir):
   assert saved.step == 10
   assert saved.run.model.d_model == 32 and saved.config.data.seq_len == 32
   batch = terrain_run.heldout_batch(saved.config, saved.run)
-  assert batch["inputs"].shape == (2 * len(saved.run.used_sources), 32)
+  assert batch["inputs"].shape == (2 * len(saved.run.evaluated), 32)
   loss = terrain_run.heldout_loss_fn(saved.run.model, batch)(saved.params)
   assert float(loss) == pytest.approx(_eval_mean(workdir, 10), rel=1e-5)
   assert cli.parser().parse_args(["--workdir", str(workdir)]).step is None

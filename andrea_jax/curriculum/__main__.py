@@ -22,7 +22,7 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
-from andrea_jax.curriculum import config as config_lib
+from andrea_jax.curriculum import spec as spec_lib
 from andrea_jax.curriculum import plots
 from andrea_jax.curriculum import registry
 from andrea_jax.curriculum import simulate as sim
@@ -41,7 +41,7 @@ _PLOTS = flags.DEFINE_bool("plots", True, "Write the PNG figures.")
 def run(config, num_steps: int, out: str, *, triangle_steps: int = 1000, make_plots: bool = True
         ) -> dict:
   """Simulates ``config.curriculum`` for ``num_steps`` steps; writes the outputs under ``out``."""
-  spec = config_lib.spec_from_config(config.curriculum, sources=config.sources)
+  spec = spec_lib.spec_from_config(config.curriculum, sources=config.sources)
   key = jax.random.key(int(config.seed))
   t0 = time.perf_counter()
   result = sim.simulate(spec, key, num_steps)

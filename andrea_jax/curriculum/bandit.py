@@ -1,4 +1,4 @@
-r"""A discounted-UCB bandit over the data sources, rewarded by learning progress or target gain.
+r"""A discounted-UCB bandit over the data sources, rewarded by learning progress or a measured signal.
 
 Pure functions over a :class:`BanditState` pytree; the parameters are a validated
 :class:`BanditParams`. The curriculum (:mod:`andrea_jax.curriculum`) calls :func:`observe` every
@@ -49,11 +49,12 @@ squashed smoothly into ``(0, 1)``:
 squash never saturates, so more progress always ranks higher. All progress equal (e.g. all zero)
 gives equal rewards.
 
-**Target gain** (the other reward, for a run with a declared target): instead of each source's own
-learning progress, :func:`observe_gain` records, every few steps, how fast a step on each source
-lowers the loss on the run's target (:mod:`andrea_jax.target_gain`), and :func:`close_gain_window`
-folds the window's mean gain into the same discounted statistics (one count per measurement). The
-rescaling and the index below are the same for both rewards.
+**A measured signal** (the other kind of reward, :mod:`andrea_jax.curriculum.rewards`): instead of
+each source's own learning progress, :func:`observe_signal` records a probe's per-source
+measurement every few steps (the target gain: how fast a step on each source lowers the loss on the
+run's target, :mod:`andrea_jax.target_gain`), and :func:`close_signal_window` folds the window's
+mean measurement into the same discounted statistics (one count per measurement). The rescaling
+and the index below are the same for every reward.
 
 **Index.** With the optimistic prior reward 1 held by ``n_0`` pseudo-steps (``prior_count``), the
 exploration weight ``c`` and the count floor ``n_min``:
@@ -76,6 +77,8 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
+from andrea_jax import checks
+
 LOSS_CLIP = 1e6
 """Losses are clipped to ``[-LOSS_CLIP, LOSS_CLIP]`` nats before any arithmetic."""
 
@@ -95,21 +98,22 @@ BONUS_MAX = 1e30
 _FLOAT32_MAX = 3.4028234663852886e38   # the bandit computes in float32
 
 
-def check_numbers(section: str, params, checks, integers: tuple[str, ...] = ()) -> None:
+def check_numbers(section: str, params, rules, integers: tuple[str, ...] = ()) -> None:
   """Validates the numeric fields of a parameters dataclass; the error names ``section.field``.
 
-  ``checks`` holds ``(field, predicate, "what it must be")``; a bool, a non-number (a non-int for
-  the fields in ``integers``), a NaN or an infinity is refused before the predicate is asked.
+  ``rules`` holds ``(field, predicate, "what it must be")``; a bool, a non-number (a non-integer
+  for the fields in ``integers``), a NaN or an infinity is refused (:mod:`andrea_jax.checks`)
+  before the predicate is asked.
   """
-  for name, ok, what in checks:
+  for name, ok, what in rules:
+    where = f"{section}.{name}"
     value = getattr(params, name)
-    kinds, kind = ((int,), "an int") if name in integers else ((int, float), "a number")
-    if isinstance(value, bool) or not isinstance(value, kinds):
-      raise TypeError(f"{section}.{name} must be {kind}, got {value!r}")
-    if not math.isfinite(value):
-      raise ValueError(f"{section}.{name} must be finite, got {value}")
+    if name in integers:
+      checks.integer(where, value, int32=False)
+    else:
+      checks.number(where, value)
     if not ok(value):
-      raise ValueError(f"{section}.{name} must be {what}, got {value}")
+      raise ValueError(f"{where} must be {what}, got {value}")
 
 
 @jax.tree_util.register_pytree_node_class
@@ -137,7 +141,7 @@ class BanditParams:
   pivot_discount: float = 0.25
 
   def __post_init__(self):
-    checks = (
+    rules = (
         ("discount", lambda v: 0 < v <= 1, "in (0, 1]"),
         ("exploration", lambda v: v >= 0, ">= 0"),
         ("min_count", lambda v: v > 0, "> 0"),
@@ -145,7 +149,7 @@ class BanditParams:
         ("reward_knee", lambda v: 0 < v <= _FLOAT32_MAX, "> 0 and at most float32's largest"),
         ("pivot_discount", lambda v: 0 <= v <= 1, "in [0, 1]"),
     )
-    check_numbers("bandit", self, checks)
+    check_numbers("bandit", self, rules)
 
   def tree_flatten(self):
     return tuple(getattr(self, f.name) for f in dataclasses.fields(self)), None
@@ -168,7 +172,9 @@ class BanditState:
     progress: ``P_s``, discounted sum of ``nu_s p_s``.
     ref_loss, ref_tokens: mean loss and tokens of the source's reference window.
     has_ref: bool, whether the source has a reference window.
-    win_loss, win_tokens: token-weighted mean loss and tokens in the open window.
+    win_value, win_weight: in the open window, the weighted mean of what the reward observes and
+      its weight (progress: the token-weighted mean loss and the tokens; a signal: the mean
+      measurement and the number of measurements).
     win_steps: int32 scalar, steps in the open window.
     last_progress: ``p_s`` of the last closed window (NaN where none).
   """
@@ -177,8 +183,8 @@ class BanditState:
   ref_loss: jax.Array
   ref_tokens: jax.Array
   has_ref: jax.Array
-  win_loss: jax.Array
-  win_tokens: jax.Array
+  win_value: jax.Array
+  win_weight: jax.Array
   win_steps: jax.Array
   last_progress: jax.Array
 
@@ -189,7 +195,7 @@ def init(num_sources: int) -> BanditState:
   z = lambda: jnp.zeros((num_sources,), jnp.float32)
   return BanditState(
       counts=z(), progress=z(), ref_loss=z(), ref_tokens=z(),
-      has_ref=jnp.zeros((num_sources,), bool), win_loss=z(), win_tokens=z(),
+      has_ref=jnp.zeros((num_sources,), bool), win_value=z(), win_weight=z(),
       win_steps=jnp.zeros((), jnp.int32),
       last_progress=jnp.full((num_sources,), jnp.nan, jnp.float32))
 
@@ -207,20 +213,20 @@ def observe(state: BanditState, losses: jax.Array, tokens: jax.Array) -> BanditS
 
   Example:
     >>> s = observe(init(2), jnp.array([2.0, jnp.nan]), jnp.array([100., 0.]))
-    >>> s.win_loss, s.win_tokens
+    >>> s.win_value, s.win_weight
     (Array([2., 0.], dtype=float32), Array([100.,   0.], dtype=float32))
   """
   losses = jnp.asarray(losses, jnp.float32)
   tokens = jnp.asarray(tokens, jnp.float32)
-  if losses.shape != state.win_loss.shape or tokens.shape != state.win_loss.shape:
-    raise ValueError(f"observe: losses and tokens must have shape {state.win_loss.shape} (one per "
+  if losses.shape != state.win_value.shape or tokens.shape != state.win_value.shape:
+    raise ValueError(f"observe: losses and tokens must have shape {state.win_value.shape} (one per "
                      f"source), got {losses.shape} and {tokens.shape}")
   valid = (tokens >= TOKENS_RANGE[0]) & jnp.isfinite(losses) & jnp.isfinite(tokens)
   n = jnp.where(valid, jnp.minimum(tokens, TOKENS_RANGE[1]), 0.0)
   l = jnp.clip(jnp.where(valid, losses, 0.0), -LOSS_CLIP, LOSS_CLIP)
-  total = state.win_tokens + n
+  total = state.win_weight + n
   frac = jnp.where(valid, n / jnp.where(valid, total, 1.0), 0.0)
-  return state.replace(win_loss=state.win_loss + (l - state.win_loss) * frac, win_tokens=total,
+  return state.replace(win_value=state.win_value + (l - state.win_value) * frac, win_weight=total,
                        win_steps=state.win_steps + 1)
 
 
@@ -272,77 +278,79 @@ def close_window(params: BanditParams, state: BanditState) -> BanditState:
     Array([0.001, 0.   ], dtype=float32)
   """
   steps = jnp.maximum(state.win_steps, 1).astype(jnp.float32)   # a divisor: never 0
-  observed = state.win_tokens > 0
+  observed = state.win_weight > 0
   has_progress = observed & state.has_ref
   progress = jnp.where(
       has_progress,
-      learning_progress(state.ref_loss, state.ref_tokens, state.win_loss, state.win_tokens), 0.0)
-  between = jnp.maximum(0.5 * (state.ref_tokens + state.win_tokens), 1.0)
-  per_step = jnp.maximum(jnp.sum(state.win_tokens), 1.0) / steps
+      learning_progress(state.ref_loss, state.ref_tokens, state.win_value, state.win_weight), 0.0)
+  between = jnp.maximum(0.5 * (state.ref_tokens + state.win_weight), 1.0)
+  per_step = jnp.maximum(jnp.sum(state.win_weight), 1.0) / steps
   nu = jnp.where(has_progress, jnp.minimum(between / per_step, 4.0 * steps), 0.0)
   # gamma^L over the L steps of the window: an empty window (no observe since the last close,
   # e.g. the first decision) decays nothing.
   decay = jnp.asarray(params.discount, jnp.float32) ** state.win_steps.astype(jnp.float32)
-  z = lambda: jnp.zeros_like(state.win_tokens)
+  z = lambda: jnp.zeros_like(state.win_weight)
   return state.replace(
       counts=decay * state.counts + nu,
       progress=decay * state.progress + nu * progress,
-      ref_loss=jnp.where(observed, state.win_loss, state.ref_loss),
-      ref_tokens=jnp.where(observed, state.win_tokens, state.ref_tokens),
+      ref_loss=jnp.where(observed, state.win_value, state.ref_loss),
+      ref_tokens=jnp.where(observed, state.win_weight, state.ref_tokens),
       has_ref=state.has_ref | observed,
-      win_loss=z(), win_tokens=z(), win_steps=jnp.zeros_like(state.win_steps),
+      win_value=z(), win_weight=z(), win_steps=jnp.zeros_like(state.win_steps),
       last_progress=jnp.where(has_progress, progress, jnp.nan))
 
 
-def observe_gain(state: BanditState, gains: jax.Array) -> BanditState:
-  """Adds one measurement of the sources' *target gains* to the open window (the reward of a run
-  with a declared target; see :mod:`andrea_jax.target_gain`): O(S), no branch.
+def observe_signal(state: BanditState, gains: jax.Array) -> BanditState:
+  """Adds one measurement of a per-source signal to the open window (a reward from a probe, e.g.
+  the target gain: :mod:`andrea_jax.target_gain`): O(S), no branch.
 
-  ``gains[s]`` is how fast a step on source ``s`` lowers the loss on the run's target, first
-  order (nats per unit step); NaN where the step measured nothing (the measurement runs every few
-  steps). The window keeps each source's running mean of its gains in ``win_loss`` and their
-  number in ``win_tokens``; gains are clipped to ``[-1e6, 1e6]``.
+  ``gains[s]`` is source ``s``'s measurement (the target gain: how fast a step on ``s`` lowers the
+  loss on the run's target, first order, nats per unit step); NaN where the step measured nothing
+  (a probe measures every few steps, and only the sources the run can sample). The window keeps
+  each source's running mean of its measurements in ``win_value`` and their number in
+  ``win_weight``; values are clipped to ``[-1e6, 1e6]``.
 
   Example:
-    >>> s = observe_gain(observe_gain(init(2), jnp.array([1.0, jnp.nan])), jnp.array([3.0, 2.0]))
-    >>> s.win_loss, s.win_tokens
+    >>> s = observe_signal(observe_signal(init(2), jnp.array([1.0, jnp.nan])), jnp.array([3.0, 2.0]))
+    >>> s.win_value, s.win_weight
     (Array([2., 2.], dtype=float32), Array([2., 1.], dtype=float32))
   """
   gains = jnp.asarray(gains, jnp.float32)
-  if gains.shape != state.win_loss.shape:
-    raise ValueError(f"observe_gain: gains must have shape {state.win_loss.shape} (one per "
+  if gains.shape != state.win_value.shape:
+    raise ValueError(f"observe_signal: gains must have shape {state.win_value.shape} (one per "
                      f"source), got {gains.shape}")
   valid = jnp.isfinite(gains)
   g = jnp.clip(jnp.where(valid, gains, 0.0), -LOSS_CLIP, LOSS_CLIP)
-  total = state.win_tokens + valid.astype(jnp.float32)
+  total = state.win_weight + valid.astype(jnp.float32)
   frac = jnp.where(valid, 1.0 / jnp.where(valid, total, 1.0), 0.0)
-  return state.replace(win_loss=state.win_loss + (g - state.win_loss) * frac, win_tokens=total,
+  return state.replace(win_value=state.win_value + (g - state.win_value) * frac, win_weight=total,
                        win_steps=state.win_steps + 1)
 
 
-def close_gain_window(params: BanditParams, state: BanditState) -> BanditState:
-  """Ends a window of target-gain measurements (:func:`observe_gain`): the discounted statistics.
+def close_signal_window(params: BanditParams, state: BanditState) -> BanditState:
+  """Ends a window of measurements (:func:`observe_signal`): the discounted statistics.
 
-  Each source measured ``m_s`` times in the window with mean gain ``bar a_s`` gets
+  Each source measured ``m_s`` times in the window with mean ``bar a_s`` gets
   ``N_s <- gamma^L N_s + m_s`` and ``P_s <- gamma^L P_s + m_s bar a_s``, so that
-  ``hat p_s = P_s / N_s`` is the discounted mean gain; the reward, the scale and the index are then
-  those of learning progress (:func:`rewards`, :func:`ucb_index`). Every source is measured at
-  every measurement, so the counts, and with them the confidence bonuses, stay equal: the index
-  ranks the sources by their gain.
+  ``hat p_s = P_s / N_s`` is the discounted mean measurement; the reward, the scale and the index
+  are then those of learning progress (:func:`rewards`, :func:`ucb_index`). Every source a probe
+  measures is measured at every measurement, so their counts, and with them the confidence
+  bonuses, stay equal: the index ranks them by the signal. A source never measured (one no region
+  lets the run sample) keeps a count of 0, so it never weighs in the scale ``sigma``.
 
   Example:
-    >>> s = close_gain_window(BanditParams(), observe_gain(init(2), jnp.array([1e-3, -1e-3])))
+    >>> s = close_signal_window(BanditParams(), observe_signal(init(2), jnp.array([1e-3, -1e-3])))
     >>> estimates(s)
     Array([ 0.001, -0.001], dtype=float32)
   """
-  observed = state.win_tokens > 0
+  observed = state.win_weight > 0
   decay = jnp.asarray(params.discount, jnp.float32) ** state.win_steps.astype(jnp.float32)
-  z = lambda: jnp.zeros_like(state.win_tokens)
+  z = lambda: jnp.zeros_like(state.win_weight)
   return state.replace(
-      counts=decay * state.counts + state.win_tokens,
-      progress=decay * state.progress + state.win_tokens * state.win_loss,
-      win_loss=z(), win_tokens=z(), win_steps=jnp.zeros_like(state.win_steps),
-      last_progress=jnp.where(observed, state.win_loss, jnp.nan))
+      counts=decay * state.counts + state.win_weight,
+      progress=decay * state.progress + state.win_weight * state.win_value,
+      win_value=z(), win_weight=z(), win_steps=jnp.zeros_like(state.win_steps),
+      last_progress=jnp.where(observed, state.win_value, jnp.nan))
 
 
 def estimates(state: BanditState) -> jax.Array:

@@ -83,10 +83,10 @@ class ElasticParams:
   forget: float = 1.0
 
   def __post_init__(self):
-    checks = (("uniform_mix", lambda v: 0 <= v <= 1, "in [0, 1]"),
+    rules = (("uniform_mix", lambda v: 0 <= v <= 1, "in [0, 1]"),
               ("burn_in", lambda v: v >= 0, ">= 0"),
               ("forget", lambda v: v >= 0, ">= 0"))
-    check_numbers("elastic", self, checks, integers=("burn_in",))
+    check_numbers("elastic", self, rules, integers=("burn_in",))
 
   def tree_flatten(self):
     return (self.uniform_mix, self.burn_in, self.forget), None

@@ -42,6 +42,7 @@ source) keeps those it can, in source order, and records the others in ``state.r
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any
 
 import flax.struct
@@ -50,7 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from andrea_jax import simplex
-from andrea_jax.curriculum.config import CurriculumSpec
+from andrea_jax.curriculum.spec import CurriculumSpec
 from andrea_jax.curriculum.mixer import Decision, Observation
 
 PyTree = Any
@@ -241,7 +242,7 @@ def _decide(spec: CurriculumSpec, state: CurriculumState) -> CurriculumState:
 
 
 def update(spec: CurriculumSpec, state: CurriculumState, step: jax.Array, losses: jax.Array,
-           tokens: jax.Array, target_gain: jax.Array | None = None) -> CurriculumState:
+           tokens: jax.Array, signals: Mapping[str, jax.Array] | None = None) -> CurriculumState:
   """Records the batch of ``step`` and, at a decision step, decides the next phase. Jittable.
 
   Call once per step, in order, after the batch of ``step`` (inside the jitted train step).
@@ -252,22 +253,28 @@ def update(spec: CurriculumSpec, state: CurriculumState, step: jax.Array, losses
     step: int32 scalar, the step whose batch was just used.
     losses: ``[S]`` mean loss per source on that batch (ignored where ``tokens == 0``).
     tokens: ``[S]`` tokens per source in the batch.
-    target_gain: ``[S]`` the sources' target gains measured at this step
-      (:mod:`andrea_jax.target_gain`), NaN where none; ``None``: none measured.
+    signals: the probes' measurements at this step, ``{name: [S]}`` (NaN where none:
+      :mod:`andrea_jax.probes`), handed to every mixer in its observation; each mixer's own
+      ``signals`` must be among them.
 
   Returns:
     The new state; ``schedule(state)`` then covers every step ``<= step + 1 + decision_lag``.
   """
-  for name, value in (("losses", losses), ("tokens", tokens), ("target_gain", target_gain)):
-    if value is not None and jnp.shape(value) != state.excluded.shape:
+  signals = dict(signals or {})
+  for name, value in (("losses", losses), ("tokens", tokens),
+                      *((f"signals[{k!r}]", v) for k, v in signals.items())):
+    if jnp.shape(value) != state.excluded.shape:
       raise ValueError(f"update: {name} must be [S] = {state.excluded.shape}, one per source, got "
                        f"shape {jnp.shape(value)}")
+  for key, m in zip(spec.mixer_set.keys, spec.mixers):
+    missing = [x for x in m.signals if x not in signals]
+    if missing:
+      raise ValueError(f"mixer {key[0]!r} reads the signals {missing}, which this update was not "
+                       f"given (it has {sorted(signals)}): a probe must measure them")
   step = jnp.asarray(step, jnp.int32)
-  if target_gain is None:
-    target_gain = jnp.full(state.excluded.shape, jnp.nan, jnp.float32)
   # The weights this step's batch was drawn from: the schedule before this update covers ``step``.
   obs = Observation(step=step, losses_S=losses, tokens_S=tokens, weights_S=lookup(
-      schedule(state), step), target_gain_S=jnp.asarray(target_gain, jnp.float32))
+      schedule(state), step), signals={k: jnp.asarray(v, jnp.float32) for k, v in signals.items()})
   state = state.replace(step=step, mixer=tuple(
       m.observe(s, obs) for m, s in zip(spec.mixers, state.mixer)))
   due = step >= state.next_start - spec.decision_lag - 1

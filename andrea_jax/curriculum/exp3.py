@@ -80,9 +80,9 @@ class Exp3Params:
   lr_scale: float = 1.0
 
   def __post_init__(self):
-    checks = (("smoothing", lambda v: 0 <= v < 1, "in [0, 1)"),
+    rules = (("smoothing", lambda v: 0 <= v < 1, "in [0, 1)"),
               ("lr_scale", lambda v: v >= 0, ">= 0"))
-    check_numbers("exp3", self, checks)
+    check_numbers("exp3", self, rules)
 
   def tree_flatten(self):
     return (self.smoothing, self.lr_scale), None

@@ -1,8 +1,8 @@
 r"""Mixers: how a curriculum decides each phase's mixture, as pure functions over a state of their own.
 
 A mixer is an optax-style bundle of pure functions (:class:`Mixer`): ``init`` makes its state,
-``observe`` folds in each step's per-source losses (and, when the run measures them, the sources'
-target gains), ``decide`` picks the weights of a new phase inside the region in force and names
+``observe`` folds in each step's per-source losses (and the run's probes' signals, such as the
+sources' target gains), ``decide`` picks the weights of a new phase inside the region in force and names
 the phase with one of its ``labels``, and ``metrics`` exposes what is worth logging. The curriculum
 engine (:mod:`andrea_jax.curriculum.engine`) owns everything else: the phases' lengths, the
 geometries and their pivots, the decision lag, the exclusions and the final exact projection onto
@@ -15,10 +15,11 @@ Mixers are made by factories with typed keyword arguments, as ``optax.adamw(b1=.
 * :func:`andrea_walk` (``"andrea"``): the source document's walk. A *random* phase (probability
   ``random_share``) jumps to a point drawn uniformly in the region; a *bandit* phase moves toward
   the UCB-optimal vertex ``v`` of the region (:func:`andrea_jax.simplex.greedy_vertex` of the
-  bandit's indices, ties broken at random): ``w <- (1 - eta) w + eta v``. The bandit's reward is
-  each source's own learning progress (``reward="progress"``) or its *target gain*
-  (``reward="target_gain"``: how fast a step on it lowers the loss on the run's declared target,
-  :mod:`andrea_jax.target_gain`). ``"bandit_only"`` and ``"random_only"`` are the walk with
+  bandit's indices, ties broken at random): ``w <- (1 - eta) w + eta v``. The bandit's reward
+  (:mod:`andrea_jax.curriculum.rewards`) is each source's own learning progress
+  (``reward="progress"``), its *target gain* (``reward="target_gain"``: how fast a step on it
+  lowers the loss on the run's declared target, :mod:`andrea_jax.target_gain`), any probe's
+  signal, or a reward of one's own. ``"bandit_only"`` and ``"random_only"`` are the walk with
   ``random_share`` 0 and 1.
 * :func:`static` (``"static"``): every phase holds one mixture (uniform by default). A geometry
   with a ``mixture`` of its own is held by a static mixer of that mixture, whatever the run's
@@ -40,29 +41,34 @@ Writing a mixer (half way to the vertex of the highest last observed loss)::
 
 Every function must be jittable; ``decide`` may return any point of the simplex (the engine
 projects it onto the region) and names its phase by a label (a string of ``labels``, or an int32
-index into them when the choice is traced, as :func:`walk`'s random-or-bandit).
+index into them when the choice is traced, as :func:`walk`'s random-or-bandit). A mixer that reads
+a probe's signal (:mod:`andrea_jax.probes`) names it in ``signals=("target_gain",)`` and reads
+``obs.signals["target_gain"]`` in ``observe``: ``[S]``, NaN where the step measured nothing.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-from typing import Any, NamedTuple, NewType
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
+from andrea_jax import checks
+from andrea_jax import plugins
 from andrea_jax import simplex
 from andrea_jax.curriculum import bandit as bandit_lib
+from andrea_jax.curriculum import rewards as rewards_lib
 
 PyTree = Any
 
-SourceWeights = NewType("SourceWeights", tuple)
+SourceWeights = plugins.SourceWeights
 """A factory argument holding one relative weight per source, in the run's source order (the
-config spells it as a section keyed by source; :mod:`andrea_jax.curriculum.registry`)."""
+config spells it as a section keyed by source; :mod:`andrea_jax.plugins`)."""
 
-REWARDS = ("progress", "target_gain")
-"""What ANDREA's bandit is rewarded by: each source's learning progress, or its target gain."""
+REWARDS = tuple(rewards_lib.BUILTIN)
+"""The built-in rewards of ANDREA's bandit (:mod:`andrea_jax.curriculum.rewards`; a probe's signal
+or ``"package.module:factory"`` names others)."""
 
 # Random tie-breaking of equal UCB indices (e.g. before any observation): far below any real gap.
 _TIE_NOISE = 1e-6
@@ -76,15 +82,17 @@ class Observation(NamedTuple):
     losses_S: mean loss per source (anything where ``tokens_S == 0``).
     tokens_S: tokens per source in the batch (0 on a skipped, non-finite step).
     weights_S: the mixture the batch was drawn from (0 = not allowed).
-    target_gain_S: how fast a step on each source lowers the loss on the run's target, first
-      order (:mod:`andrea_jax.target_gain`); NaN where the step measured nothing (measurements
-      are every ``target_gain.every`` steps, none when it is 0).
+    signals: the run's probes' measurements at this step, ``{name: [S] float32}``
+      (:mod:`andrea_jax.probes`; e.g. ``"target_gain"``, how fast a step on each source lowers the
+      loss on the run's target): NaN where nothing was measured (a probe measures every few
+      steps, and only the sources the run can sample). A mixer reads the ones it names in
+      :attr:`Mixer.signals`, as optax transformations take the extra arguments they know.
   """
   step: jax.Array
   losses_S: jax.Array
   tokens_S: jax.Array
   weights_S: jax.Array
-  target_gain_S: jax.Array
+  signals: Mapping[str, jax.Array] = {}
 
 
 class Decision(NamedTuple):
@@ -118,6 +126,8 @@ class Mixer(NamedTuple):
     labels: the names of the phases ``decide`` makes (logged as ``curriculum/phase_label``).
     start: ``Decision -> weights [S]``, the mixture of the run's first phase, before anything is
       observed (labelled ``"start"``); ``None``: the uniform mixture, projected onto the region.
+    signals: the probes' signals ``observe`` reads from :attr:`Observation.signals` (the run
+      refuses, before anything compiles, a mixer whose signal no probe measures).
   """
   init: Callable[[int], PyTree]
   observe: Callable[[PyTree, Observation], PyTree]
@@ -125,6 +135,7 @@ class Mixer(NamedTuple):
   metrics: Callable[[PyTree], dict[str, jax.Array]]
   labels: tuple[str, ...] = ("mixed",)
   start: Callable[[Decision], jax.Array] | None = None
+  signals: tuple[str, ...] = ()
 
 
 def restrict(mixture_S: jax.Array, upper_S: jax.Array) -> jax.Array:
@@ -154,8 +165,7 @@ def static(*, mixture: SourceWeights | None = None) -> Mixer:
   else:
     mixture = tuple(mixture)
     for i, w in enumerate(mixture):
-      if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
-        raise ValueError(f"mixture[{i}] must be a finite number >= 0, got {w!r}")
+      checks.number(f"mixture[{i}]", w, low=0)
     if not sum(mixture) > 0:
       raise ValueError("mixture: every weight is 0; at least one source needs a positive weight")
     mixture_S = mixture
@@ -185,9 +195,11 @@ def andrea_walk(*, eta: float = 0.3, random_share: float = 0.25, reward: str = "
   Args:
     eta: the step toward the vertex, in (0, 1].
     random_share: the probability that a phase is random, in [0, 1].
-    reward: ``"progress"`` (each source's learning progress, observed on every batch) or
+    reward: what the bandit is rewarded by (:func:`andrea_jax.curriculum.rewards.get`):
+      ``"progress"`` (each source's learning progress, observed on every batch),
       ``"target_gain"`` (how fast a step on each source lowers the loss on the run's target,
-      measured every ``target_gain.every`` steps: the run must declare ``eval.target``).
+      measured by the probe ``probes.target_gain``: the run must declare ``eval.target``), another
+      probe's signal by name, or ``"package.module:factory"``.
     discount, exploration, min_count, prior_count, reward_knee, pivot_discount: the bandit's
       (:class:`andrea_jax.curriculum.bandit.BanditParams`, where the formulas are).
 
@@ -195,14 +207,9 @@ def andrea_walk(*, eta: float = 0.3, random_share: float = 0.25, reward: str = "
     >>> mixer = andrea_walk(eta=0.3, random_share=0.0)      # "bandit_only"
     >>> state = mixer.init(16)
   """
-  for name, value, low, high, closed_low in (("eta", eta, 0.0, 1.0, False),
-                                              ("random_share", random_share, 0.0, 1.0, True)):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-        (low <= value if closed_low else low < value) and value <= high):
-      raise ValueError(f"{name} must be in {'[' if closed_low else '('}{low:g}, {high:g}], got "
-                       f"{value!r}")
-  if reward not in REWARDS:
-    raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
+  checks.number("eta", eta, low=0, high=1, low_open=True)
+  checks.number("random_share", random_share, low=0, high=1)
+  rew = rewards_lib.get(reward)
   try:
     bandit = bandit_lib.BanditParams(discount=discount, exploration=exploration,
                                      min_count=min_count, prior_count=prior_count,
@@ -210,16 +217,9 @@ def andrea_walk(*, eta: float = 0.3, random_share: float = 0.25, reward: str = "
   except (TypeError, ValueError) as e:   # "bandit.discount must be ..." -> "discount must be ..."
     raise type(e)(str(e).removeprefix("bandit.")) from None
   eta, random_share = float(eta), float(random_share)
-  by_gain = reward == "target_gain"
-
-  def observe(state: bandit_lib.BanditState, obs: Observation) -> bandit_lib.BanditState:
-    if by_gain:
-      return bandit_lib.observe_gain(state, obs.target_gain_S)
-    return bandit_lib.observe(state, obs.losses_S, obs.tokens_S)
 
   def decide(state: bandit_lib.BanditState, d: Decision):
-    close = bandit_lib.close_gain_window if by_gain else bandit_lib.close_window
-    state = close(bandit, state)
+    state = rew.close(bandit, state)
     state = bandit_lib.discount(state, jnp.where(d.pivot, bandit.pivot_discount, 1.0))
     weights_S, label = walk(d, bandit_lib.ucb_index(bandit, state), eta, random_share)
     return weights_S, label, state
@@ -232,24 +232,21 @@ def andrea_walk(*, eta: float = 0.3, random_share: float = 0.25, reward: str = "
             "progress": bandit_lib.estimates(state),
             "reward_scale": bandit_lib.reward_scale(state)}
 
-  return Mixer(init=bandit_lib.init, observe=observe, decide=decide, metrics=metrics,
-               labels=WALK_LABELS)
+  return Mixer(init=bandit_lib.init, observe=rew.observe, decide=decide, metrics=metrics,
+               labels=WALK_LABELS, signals=rew.signals)
 
 
 def bandit_only(*, eta: float = 0.3, reward: str = "progress", discount: float = 0.995,
                 exploration: float = 0.05, min_count: float = 1.0, prior_count: float = 0.01,
                 reward_knee: float = 1.0, pivot_discount: float = 0.25) -> Mixer:
   """:func:`andrea_walk` with no random phase (``random_share = 0``)."""
-  return andrea_walk(eta=eta, random_share=0.0, reward=reward, discount=discount,
-                     exploration=exploration, min_count=min_count, prior_count=prior_count,
-                     reward_knee=reward_knee, pivot_discount=pivot_discount)
+  return andrea_walk(**locals(), random_share=0.0)
 
 
-def random_only(*, eta: float = 0.3) -> Mixer:
+def random_only() -> Mixer:
   """:func:`andrea_walk` with random phases only (``random_share = 1``): a uniform draw in the
-  region every phase. ``eta`` is unused by its phases (kept so that a config switching between
-  the walks keeps its field)."""
-  return andrea_walk(eta=eta, random_share=1.0)
+  region every phase."""
+  return andrea_walk(random_share=1.0)
 
 
 WALK_LABELS = ("random", "bandit")
@@ -304,4 +301,9 @@ def as_mixer(obj: object) -> Mixer:
   start = getattr(obj, "start", None)
   if start is not None and not callable(start):
     raise ValueError(f"the mixer's start must be a function of the Decision or None, got {start!r}")
-  return Mixer(obj.init, obj.observe, obj.decide, obj.metrics, tuple(labels), start)
+  signals = getattr(obj, "signals", ())
+  if (not isinstance(signals, (tuple, list))
+      or not all(isinstance(x, str) and x for x in signals)):
+    raise ValueError(f"the mixer's signals must be a tuple of probe names, got {signals!r}")
+  return Mixer(obj.init, obj.observe, obj.decide, obj.metrics, tuple(labels), start,
+               tuple(signals))

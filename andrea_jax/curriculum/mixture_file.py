@@ -37,7 +37,8 @@ from collections.abc import Mapping, Sequence
 import ml_collections
 
 from andrea_jax import storage
-from andrea_jax.curriculum.config import geometry, source_key
+from andrea_jax.curriculum.geometries import geometry
+from andrea_jax.sources import source_key
 
 
 def _fail(path: str, message: str) -> ValueError:

@@ -23,15 +23,11 @@ line (``--config=experiments/tiny.py:mixer=static``).
 
 from __future__ import annotations
 
-import functools
-import importlib
-import inspect
-import math
-import typing
 from collections.abc import Callable, Sequence
 
 import ml_collections
 
+from andrea_jax import plugins
 from andrea_jax.curriculum import elastic, exp3
 from andrea_jax.curriculum import mixer as mixer_lib
 from andrea_jax.sources import SOURCES, source_key
@@ -46,64 +42,18 @@ BUILTIN: dict[str, Callable[..., mixer_lib.Mixer]] = {
 }
 """The built-in mixers' names and factories."""
 
-_SCALARS = (bool, int, float, str)
+arguments = plugins.arguments
+source_weights = plugins.source_weights
 
 
 def factory(name: str) -> Callable[..., mixer_lib.Mixer] | mixer_lib.Mixer:
   """The factory (or mixer object) that ``name`` names: a built-in, or ``"package.module:attr"``
   imported. A ``ValueError`` names ``curriculum.mixer.name`` when it names nothing usable."""
   where = f"curriculum.mixer.name = {name!r}"
-  if not isinstance(name, str) or not name:
-    raise ValueError(f"{where}: name a built-in mixer ({', '.join(BUILTIN)}) or "
-                     "'package.module:factory'")
-  if name in BUILTIN:
-    return BUILTIN[name]
-  module_name, _, attr = name.partition(":")
-  if not module_name or not attr:
-    raise ValueError(f"{where}: not a built-in mixer ({', '.join(BUILTIN)}); a mixer of your own is "
-                     "named 'package.module:factory'")
-  try:
-    module = importlib.import_module(module_name)
-  except ImportError as e:
-    raise ValueError(f"{where}: cannot import {module_name!r} ({e})") from None
-  found = getattr(module, attr, None)
-  if found is None:
-    raise ValueError(f"{where}: module {module_name!r} has no {attr!r}")
+  found = plugins.resolve(where, name, BUILTIN, "mixer")
   if not (mixer_lib.is_mixer(found) or callable(found)):
-    raise ValueError(f"{where}: {attr!r} is neither a Mixer nor callable")
+    raise ValueError(f"{where}: {name.partition(':')[2]!r} is neither a Mixer nor callable")
   return found
-
-
-def _kind(hint, default, where: str):
-  """The field kind of one factory argument: a scalar type, or ``"sources"``."""
-  if hint is mixer_lib.SourceWeights or typing.get_args(hint) and (
-      mixer_lib.SourceWeights in typing.get_args(hint)):
-    return "sources"
-  if hint in _SCALARS:
-    return hint
-  if hint is inspect.Parameter.empty and type(default) in _SCALARS:
-    return type(default)
-  raise TypeError(f"{where}: a mixer factory's arguments must be bool, int, float, str or "
-                  f"SourceWeights with a default, got {hint!r}")
-
-
-@functools.lru_cache(maxsize=None)
-def arguments(make: Callable) -> tuple[tuple[str, object, object], ...]:
-  """``(name, kind, default)`` of each argument of the factory ``make`` (cached per factory)."""
-  where = f"mixer factory {getattr(make, '__qualname__', make)!r}"
-  try:
-    hints = typing.get_type_hints(make)
-  except Exception:   # unresolvable annotations: fall back to the defaults' types
-    hints = {}
-  out = []
-  for p in inspect.signature(make).parameters.values():
-    if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-      raise TypeError(f"{where} takes *{p.name}: its arguments must be named, with defaults")
-    if p.default is p.empty:
-      raise TypeError(f"{where}: argument {p.name!r} has no default (a config needs one)")
-    out.append((p.name, _kind(hints.get(p.name, p.empty), p.default, f"{where}, {p.name!r}"),
-                p.default))
-  return tuple(out)
 
 
 def mixer_config(name: str = "andrea", sources: Sequence[str] = SOURCES,
@@ -117,66 +67,17 @@ def mixer_config(name: str = "andrea", sources: Sequence[str] = SOURCES,
     ('andrea', 0.5, 0.25)
   """
   made = factory(name)
-  section = ml_collections.ConfigDict()
-  section.name = name    # the mixer: a built-in name or "package.module:factory"
   if mixer_lib.is_mixer(made):
     if overrides:
       raise ValueError(f"curriculum.mixer.name = {name!r} is a Mixer object: it takes no "
                        f"arguments, got {sorted(overrides)}")
+    section = ml_collections.ConfigDict()
+    section.name = name    # the mixer: a built-in name or "package.module:factory"
     return section
-  args = arguments(made)
-  unknown = sorted(set(overrides) - {n for n, _, _ in args})
-  if unknown:
-    raise ValueError(f"mixer {name!r} takes no argument {unknown}; its arguments are "
-                     f"{[n for n, _, _ in args]}")
-  for arg, kind, default in args:
-    value = overrides.get(arg, default)
-    if kind == "sources":
-      given = [1.0] * len(sources) if value is None else list(value)
-      if len(given) != len(sources):
-        raise ValueError(f"curriculum.mixer.{arg} has {len(given)} weights for the "
-                         f"{len(sources)} sources {list(sources)}")
-      section[arg] = ml_collections.ConfigDict(
-          {source_key(s): float(w) for s, w in zip(sources, given)})
-    else:
-      section[arg] = value
-  return section
-
-
-def _value(where: str, kind, value):
-  """One scalar field checked against its kind (an int is a float; a bool is neither)."""
-  if kind is float and isinstance(value, int) and not isinstance(value, bool):
-    value = float(value)
-  if kind in (int, float) and isinstance(value, bool) or not isinstance(value, kind):
-    raise TypeError(f"{where} must be {'an' if kind is int else 'a'} {kind.__name__}, got "
-                    f"{value!r}")
-  if kind is float and not math.isfinite(value):
-    raise ValueError(f"{where} must be finite, got {value}")
-  return value
-
-
-def source_weights(where: str, given, sources: Sequence[str]) -> tuple[float, ...]:
-  """Relative weights keyed by source (its config key or its name; a missing source keeps 1.0) as
-  a tuple in source order; errors name ``where``."""
-  if not isinstance(given, (ml_collections.ConfigDict, dict)):
-    raise TypeError(f"{where} must map source names to relative weights, got {given!r}")
-  keys = {source_key(s): s for s in sources}
-  values = dict(given)
-  unknown = sorted(k for k in values if k not in keys and k not in sources)
-  if unknown:
-    raise ValueError(f"unknown source {unknown[0]!r} in {where}; known sources are: "
-                     f"{', '.join(sources)}")
-  out = []
-  for s in sources:
-    v = values.get(source_key(s), values.get(s, 1.0))
-    v = _value(f"{where}.{source_key(s)}", float, v)
-    if v < 0:
-      raise ValueError(f"{where}.{source_key(s)} = {v} is negative: weights are relative "
-                       "shares, >= 0")
-    out.append(v)
-  if not sum(out) > 0:
-    raise ValueError(f"{where}: every weight is 0; at least one source needs a positive weight")
-  return tuple(out)
+  try:
+    return plugins.section(name, made, sources, **overrides)
+  except ValueError as e:
+    raise ValueError(f"mixer {e}" if str(e).startswith("'") else f"curriculum.mixer.{e}") from None
 
 
 def build(section: ml_collections.ConfigDict, sources: Sequence[str] = SOURCES
@@ -198,29 +99,11 @@ def build(section: ml_collections.ConfigDict, sources: Sequence[str] = SOURCES
       raise ValueError(f"curriculum.mixer has fields {sorted(given)}, but {name!r} is a Mixer "
                        "object that takes no arguments")
     return _checked(made, name), (name, ())
-  args = arguments(made)
-  known = {n for n, _, _ in args}
-  unknown = sorted(set(given) - known)
-  if unknown:
-    raise ValueError(
-        f"curriculum.mixer has fields {unknown} that mixer {name!r} does not take (its arguments "
-        f"are {sorted(known)}): a section made for another mixer? Make it with "
-        f"curriculum.mixer_config({name!r}, sources), or pass mixer={name} to the config file")
-  kwargs = {}
-  for arg, kind, default in args:
-    where = f"curriculum.mixer.{arg}"
-    if arg not in given:
-      kwargs[arg] = default
-    elif kind == "sources":
-      kwargs[arg] = source_weights(where, given[arg], sources)
-    else:
-      kwargs[arg] = _value(where, kind, given[arg])
-  try:
-    mixer = made(**kwargs)
-  except (TypeError, ValueError) as e:   # rebuilt as the base class: a subclass may take more
-    base = TypeError if isinstance(e, TypeError) else ValueError
-    raise base(f"curriculum.mixer.{e}" if str(e).split(" ")[0].split("[")[0] in known
-               else f"curriculum.mixer ({name!r}): {e}") from None
+  kwargs = plugins.keyword_arguments(
+      "curriculum.mixer", name, made, given, sources, what="mixer",
+      hint=f": a section made for another mixer? Make it with curriculum.mixer_config({name!r}, "
+           f"sources), or pass mixer={name} to the config file")
+  mixer = plugins.call("curriculum.mixer", name, made, kwargs)
   if not mixer_lib.is_mixer(mixer):
     raise ValueError(f"curriculum.mixer.name = {name!r}: the factory returned "
                      f"{type(mixer).__name__}, not a Mixer (init, observe, decide, metrics)")

@@ -31,7 +31,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from andrea_jax.curriculum import config as config_lib
+from andrea_jax.curriculum import geometries as geometry_lib
+from andrea_jax.curriculum import spec as spec_lib
 from andrea_jax.curriculum import engine
 from andrea_jax.curriculum import registry
 
@@ -139,7 +140,7 @@ class SimulationResult:
   def next_step(self) -> int:
     return self.first_step + len(self.weights)
 
-  def phases(self, spec: config_lib.CurriculumSpec | None = None) -> list[dict]:
+  def phases(self, spec: spec_lib.CurriculumSpec | None = None) -> list[dict]:
     """One record per phase seen: ``start``, ``length`` (within the run), ``label`` (e.g.
     ``"random"``, ``"bandit"``), ``geometry`` (its name when ``spec`` is given, else its index)."""
     ids = self.phase_ids
@@ -182,7 +183,7 @@ def _scan(spec, state, model, model_state, queue, key, first_step, num_steps):
   return jax.lax.scan(body, (state, model_state, queue), steps)
 
 
-def simulate(spec: config_lib.CurriculumSpec, key: jax.Array, num_steps: int,
+def simulate(spec: spec_lib.CurriculumSpec, key: jax.Array, num_steps: int,
              reward_model: SyntheticLosses | None = None, *,
              resume: SimulationResult | None = None, chunk: int = 1000) -> SimulationResult:
   """Runs the curriculum for ``num_steps`` steps against ``reward_model``, in jitted ``lax.scan``s.
@@ -241,19 +242,19 @@ SEED_TRIANGLE = ("hermes3-general", "gutenberg", "dictionary")
 
 
 def seed_triangle_spec(config: ml_collections.ConfigDict | None = None
-                       ) -> config_lib.CurriculumSpec:
+                       ) -> spec_lib.CurriculumSpec:
   """The seed's worked example as a curriculum: ``H >= 0.5``, ``D <= 0.25`` over (H, G, D).
 
   Its region is the quadrilateral (1,0,0), (0.5,0.5,0), (0.5,0.25,0.25), (0.75,0,0.25). The phase
   and bandit fields come from ``config`` (a ``curriculum`` section; default
   :func:`curriculum_config`).
   """
-  c = ml_collections.ConfigDict((config or config_lib.curriculum_config()).to_dict())
+  c = ml_collections.ConfigDict((config or spec_lib.curriculum_config()).to_dict())
   # The run's mixer over the example's three sources (a per-source weight of another source
   # is dropped; one of the three keeps its weight).
   c.mixer = registry.for_sources(c.mixer, SEED_TRIANGLE)
   g = ml_collections.ConfigDict()
-  g.seed_example = config_lib.geometry("seed_example", 0, floors={"hermes3-general": 0.5},
+  g.seed_example = geometry_lib.geometry("seed_example", 0, floors={"hermes3-general": 0.5},
                                        ceilings={"dictionary": 0.25}, sources=SEED_TRIANGLE)
   c.geometries = g
-  return config_lib.spec_from_config(c, sources=SEED_TRIANGLE)
+  return spec_lib.spec_from_config(c, sources=SEED_TRIANGLE)

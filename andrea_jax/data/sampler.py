@@ -241,8 +241,8 @@ class MixtureSampler:
   """
 
   def __init__(self, data: PreparedData, *, seq_len: int, global_batch_size: int, seed: int,
-               process_index: int = 0, process_count: int = 1):
-    """Indexes the training shards of every present source.
+               process_index: int = 0, process_count: int = 1, split: str = "train"):
+    """Indexes the shards of ``split`` of every present source.
 
     Args:
       data: opened prepared data; weight vectors follow ``data.sources``.
@@ -250,12 +250,17 @@ class MixtureSampler:
       global_batch_size: ``G``, rows over all processes.
       seed: the run's seed (any integer; taken mod 2**64).
       process_index, process_count: this process builds rows ``[p b, (p+1) b)``, ``b = G / P``.
+      split: ``"train"`` (the training split: every required source must have a window) or
+        ``"eval"`` (the held-out documents, for rows drawn at random from them, as the target
+        gain's ``target_split = "eval"`` does; a source is checked when a batch weighs it).
     """
     for field, value, low in (("seq_len", seq_len, 1), ("global_batch_size", global_batch_size, 1),
                               ("process_count", process_count, 1),
                               ("process_index", process_index, 0)):
       if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
         raise ValueError(f"{field} must be an integer >= {low}, got {value!r}")
+    if split not in ("train", "eval"):
+      raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
     if process_index >= process_count:
       raise ValueError(f"process_index {process_index} must be < process_count {process_count}")
     if global_batch_size % process_count:
@@ -264,13 +269,13 @@ class MixtureSampler:
     self.data, self.seq_len, self.global_batch_size = data, int(seq_len), int(global_batch_size)
     self.process_index, self.process_count = int(process_index), int(process_count)
     self.rows = self.global_batch_size // self.process_count
-    self._seed = int(seed)
-    self._windows = {s: _windows(data, s, "train", self.seq_len + 1) for s in data.sources}
-    self._masks = {s: _windows(data, s, "train", self.seq_len + 1, masks=True)
+    self._seed, self.split = int(seed), split
+    self._windows = {s: _windows(data, s, split, self.seq_len + 1) for s in data.sources}
+    self._masks = {s: _windows(data, s, split, self.seq_len + 1, masks=True)
                    for s in data.masked_sources}
-    for s in data.required:
+    for s in data.required if split == "train" else ():
       if self._windows[s].total == 0:
-        raise DataError(too_short(data, s, "train", self.seq_len + 1))
+        raise DataError(too_short(data, s, split, self.seq_len + 1))
 
   def counts(self, weights_S: np.ndarray, step: int | None = None) -> np.ndarray:
     """``[S]`` rows per source of the global batch of ``step`` (:func:`allocate`).
@@ -306,8 +311,9 @@ class MixtureSampler:
       if self._windows[self.data.sources[s]].total == 0:
         name = self.data.sources[s]
         raise DataError(f"step {step}: source {name!r} has weight {weights_S[s]:.6g} but "
-                        f"{self.data.num_tokens(name)} training tokens (needs a shard of at least "
-                        f"seq_len + 1 = {self.seq_len + 1})")
+                        f"{self.data.num_tokens(name, self.split)} "
+                        f"{'training' if self.split == 'train' else 'held-out'} tokens (needs a "
+                        f"shard of at least seq_len + 1 = {self.seq_len + 1})")
     begin_S = np.concatenate([[0], np.cumsum(counts_S)])
     lo, hi = self.process_index * self.rows, (self.process_index + 1) * self.rows
     g_B = np.arange(lo, hi)  # global row indices of this process

@@ -36,7 +36,7 @@ def heldout_batch(config: ml_collections.ConfigDict, run: runconfig.Run, *,
   ``sequences_per_source`` (default ``config.eval.sequences_per_source``) per source of ``sources``
   (default the run's sources in use), with ``source_ids``.
   """
-  sources = tuple(run.used_sources if sources is None else sources)
+  sources = tuple(run.evaluated if sources is None else sources)
   unknown = [s for s in sources if s not in run.sources]
   if unknown or not sources:
     raise ValueError(f"sources must be a non-empty subset of {list(run.sources)}, got "

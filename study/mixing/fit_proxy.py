@@ -129,7 +129,7 @@ def model_params(config: ml_collections.ConfigDict) -> int:
   alone (nothing is initialised)."""
   import jax
   from andrea_jax import model, runconfig
-  shapes = jax.eval_shape(model.init_params, runconfig.model(config), jax.random.key(0))
+  shapes = jax.eval_shape(model.init_params, runconfig.model_config(config), jax.random.key(0))
   return model.count_params(shapes)
 
 

@@ -28,7 +28,7 @@ from andrea_jax.data.corpora.stdlib import STDLIB_SOURCES, STDLIB_TARGET
 DEMO = pathlib.Path(__file__).resolve().parents[2] / "experiments" / "tiny.py"
 TARGET = tuple(STDLIB_TARGET)            # docstrings, reference, notes
 OTHERS = tuple(s for s in STDLIB_SOURCES if s not in TARGET)   # python-code, licenses, noisy
-GAIN_EVERY = 4                           # target_gain.every of the gain-rewarded walk
+GAIN_EVERY = 4                           # probes.target_gain.every of the gain-rewarded walk
 
 # name -> what the arm is (its mixture); every arm is scored on 3 seeds at 1000 steps.
 ARMS = {
@@ -115,7 +115,7 @@ def get_config(arg: str = "arm=andrea"):
   if arm is None:
     _hold(c, grid_mixture(args["grid"]))
   elif arm == "andrea_gain":
-    c.target_gain.every = GAIN_EVERY
+    c.probes.target_gain.every = GAIN_EVERY
     curriculum.set_mixer(c, "andrea", reward="target_gain")
   elif arm == "geometry_static":
     curriculum.set_mixer(c, "static")

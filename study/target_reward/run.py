@@ -120,12 +120,12 @@ def gain_overhead() -> float:
   FLOPs: XLA's count for the step measuring at every step, less the step without, over
   ``GAIN_EVERY``."""
   import jax
-  from andrea_jax import runconfig, step as step_lib, train
+  from andrea_jax import probes, runconfig, step as step_lib, train
   flops = []
   for every in (0, 1):
     c = arms.get_config("arm=andrea_gain" if every else "arm=andrea")
     if every:
-      c.target_gain.every = 1
+      c.probes.target_gain.every = 1
     run = runconfig.build(c)
     state = jax.eval_shape(lambda: train.init_state(run, train.run_keys(0)))
     rows, seq = c.data.global_batch_size, c.data.seq_len
@@ -133,10 +133,9 @@ def gain_overhead() -> float:
                       ("inputs", "targets", "segment_ids", "positions")} | {
                           "source_ids": jax.ShapeDtypeStruct((n,), "int32")}
     batch = spec(rows)
-    gain = run.step.target_gain
-    if gain is not None:
-      batch |= {"probe/" + k: v for k, v in spec(gain.probe_rows).items()}
-      batch |= {"target/" + k: v for k, v in spec(gain.target_rows).items()}
+    for probe in run.step.probes:
+      for group, n in probe.rows.items():
+        batch |= {probes.rows_key(probe.name, group, k): v for k, v in spec(n).items()}
     compiled = jax.jit(lambda s, b: step_lib.train_step(run.step, s, b)).lower(
         state, batch).compile()
     cost = compiled.cost_analysis()
