@@ -18,6 +18,7 @@ import ml_collections
 from andrea_jax import cliff as cliff_lib
 from andrea_jax import curriculum
 from andrea_jax import optim
+from andrea_jax import pretrained
 from andrea_jax import sharding
 from andrea_jax import sources as sources_lib
 from andrea_jax import step as step_lib
@@ -106,6 +107,7 @@ class Run:
   eval: EvalSpec | None = None
   data: DataSpec | None = None
   mesh: ml_collections.FrozenConfigDict | None = None   # the mesh section (andrea_jax.sharding)
+  init: pretrained.InitSpec | None = None   # the weights the run starts from (none: random)
   record: dict = dataclasses.field(default_factory=dict, compare=False)   # config.to_dict()
 
   @property
@@ -308,4 +310,5 @@ def build(config: ml_collections.ConfigDict) -> Run:
                            micro_batch_size=d.global_batch_size // accum, prefetch=d.prefetch,
                            frozen=ml_collections.FrozenConfigDict(d)),
              mesh=ml_collections.FrozenConfigDict(mesh_config(config)),
+             init=pretrained.init_spec(config.get("init")),
              record=config.to_dict())
