@@ -23,9 +23,10 @@ leaves ``--out`` as it was. A non-empty ``--out`` is refused unless ``--force`` 
 also only once the new folder is whole). Bad input ends with one ``error:`` line naming the flag,
 the file or the step.
 
-Then:
+Then, in Python:
 
-  python -c "from transformers import pipeline; print(pipeline('text-generation', 'runs/tiny-hf')('The ', max_new_tokens=20))"
+  from transformers import pipeline
+  print(pipeline("text-generation", "runs/tiny-hf")("The ", max_new_tokens=20))
 """
 
 from __future__ import annotations

@@ -69,8 +69,10 @@ class InitSpec:
   @property
   def source(self) -> str:
     """``init.from_hf = ...`` or ``init.from_run = ...``, as the config gives it."""
-    return (f"init.from_hf = {self.from_hf!r}" if self.from_hf else
-            f"init.from_run = {self.from_run + (f':{self.run_step}' if self.run_step is not None else '')!r}")
+    if self.from_hf:
+      return f"init.from_hf = {self.from_hf!r}"
+    step = f":{self.run_step}" if self.run_step is not None else ""
+    return f"init.from_run = {self.from_run + step!r}"
 
 
 def init_spec(section: Any) -> InitSpec | None:

@@ -15,7 +15,8 @@ from andrea_jax import trained
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 os.environ.update(OFFLINE)
 
-# Byte vocabulary, 64 positions, 2 layers of width 32: what the tests' runs train (small_run_config).
+# Byte vocabulary, 64 positions, 2 layers of width 32: the model of the tests' runs
+# (tests.util.small_run_config).
 CFG = m.ModelConfig(vocab_size=257, max_len=64, num_layers=2, num_heads=2, d_model=32,
                     d_mlp=128)
 

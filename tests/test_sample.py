@@ -149,7 +149,8 @@ def test_a_prompt_longer_than_the_context_is_refused():
 def test_chat_wraps_the_prompt_in_the_template_and_needs_one():
   model = hf_util.model(template="chatml")
   ids = sample_lib.prompt_ids(model, "Hi", chat=True)
-  assert bytes(ids[1:].tolist()).decode() == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+  assert bytes(ids[1:].tolist()).decode() == (
+      "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
   with pytest.raises(ValueError, match="was not trained on conversations"):
     sample_lib.prompt_ids(hf_util.model(), "Hi", chat=True)
 
