@@ -187,13 +187,14 @@ def init_source(run: runconfig.Run, directory: str
   spec = run.init
   if spec is None:
     return run, None
-  steps = ckpt_lib.saved_steps(directory)
-  if steps:
-    _, meta = ckpt_lib.newest_meta(directory)
-    saved = (meta.get("config") or {}).get("init") if isinstance(meta.get("config"), dict) else None
-    print(f"resume: step {steps[-1]} from {directory}; {spec.source} is not read again (the run's "
-          "own checkpoint wins)")
-    return _with_init_record(run, saved or {}), None
+  newest = ckpt_lib.newest_meta(directory)
+  if newest is not None:
+    step, meta = newest
+    config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+    if jax.process_index() == 0:
+      print(f"resume: step {step} from {directory}; {spec.source} is not read again (the run's "
+            "own checkpoint wins)")
+    return _with_init_record(run, config.get("init") or {}), None
   tokenizer = data_lib.load_tokenizer(run.data.tokenizer)
   mcfg = run.model_config
   if spec.from_hf:

@@ -41,6 +41,9 @@ from andrea_jax import trained
 
 DEFAULT_NEW_TOKENS = 256
 SEPARATOR = "-" * 15
+# One program per (model config, number of samples, prompt length, settings).
+_GENERATE = jax.jit(gen_lib.generate, static_argnames=("config", "max_new_tokens", "top_k",
+                                                       "greedy", "vocab_limit", "top_p"))
 
 
 def prompt_ids(model: trained.TrainedModel, prompt: str, *, chat: bool = False) -> np.ndarray:
@@ -109,10 +112,8 @@ def sample(model: trained.TrainedModel, prompt: str, *, num_samples: int = 1,
   ids_P = prompt_ids(model, prompt, chat=chat)
   n = check_settings(model, len(ids_P), num_samples=num_samples, max_new_tokens=max_new_tokens,
                      temperature=temperature, top_k=top_k, top_p=top_p, greedy=greedy)
-  run = jax.jit(gen_lib.generate, static_argnames=("config", "max_new_tokens", "top_k", "greedy",
-                                                     "vocab_limit", "top_p"))
   prompt_BxP = np.tile(ids_P[None], (num_samples, 1))
-  out_BxT = np.asarray(run(model.params, model.config, prompt_BxP, jax.random.PRNGKey(seed),
+  out_BxT = np.asarray(_GENERATE(model.params, model.config, prompt_BxP, jax.random.PRNGKey(seed),
                            max_new_tokens=n, temperature=temperature, top_k=top_k,
                            greedy=greedy, vocab_limit=model.vocab_limit, top_p=top_p))
   samples = []

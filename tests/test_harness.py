@@ -25,6 +25,12 @@ harness = pytest.importorskip("andrea_jax.harness")
 WORDS = "sun rain wind snow cloud storm fog hail ice mist dew frost gale haze".split()
 
 
+def test_the_backend_is_registered_beside_lm_evals_own():
+  from lm_eval.api import registry
+  assert registry.get_model("andrea") is harness.AndreaLM
+  assert registry.get_model("hf").__name__ == "HFLM"
+
+
 def test_bucket_lengths():
   assert scoring.bucket_lengths(64) == [16, 32, 64]
   assert scoring.bucket_lengths(100) == [16, 32, 64, 100]
