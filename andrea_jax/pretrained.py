@@ -87,8 +87,9 @@ def init_spec(section: Any) -> InitSpec | None:
   """
   if section is None:
     return None
-  get = section.get if hasattr(section, "get") else lambda k, d=None: d
-  from_hf, from_run = get("from_hf", ""), get("from_run", "")
+  if not hasattr(section, "get"):
+    raise TypeError(f"init must be a section with from_hf and from_run, got {section!r}")
+  from_hf, from_run = section.get("from_hf", ""), section.get("from_run", "")
   for name, value in (("from_hf", from_hf), ("from_run", from_run)):
     if not isinstance(value, str):
       raise TypeError(f"init.{name} must be a string (a path, or '' for none), got {value!r}")
@@ -233,8 +234,7 @@ def architecture_problems(source: ModelConfig, mcfg: ModelConfig, where: str,
   if source.vocab_size != mcfg.vocab_size:
     out.append(f"the run's vocabulary has {mcfg.vocab_size} ids{tokenizer_hint} but {where} has "
                f"{source.vocab_size} (vocab_size): set data.tokenizer to the source's tokenizer "
-               "(hf:gpt2 for GPT-2's weights) and model.vocab_size = 0, or model.vocab_size = "
-               f"{source.vocab_size}")
+               "(hf:gpt2 for GPT-2's weights) and model.vocab_size = 0")
   if mcfg.max_len > source.max_len:
     out.append(f"model.max_len = {mcfg.max_len} exceeds the {source.max_len} positions of {where} "
                "(n_positions): lower it (a smaller one keeps the first rows of the position "
