@@ -11,6 +11,7 @@ overrides any field on the command line (``--config.optim.peak_lr=1e-3``). Secti
 * ``train``      -- run length, logging, checkpoints;
 * ``eval``       -- held-out loss and text samples;
 * ``cliff``      -- the zombie-cliff detector (:mod:`andrea_jax.cliff`);
+* ``init``       -- pretrained weights the run starts from (:mod:`andrea_jax.pretrained`);
 * ``mesh``       -- the device mesh, data-parallel and fully-sharded axes (:mod:`.sharding`);
 * ``distributed`` -- multi-host start-up (:mod:`andrea_jax.distributed`).
 """
@@ -114,6 +115,22 @@ def terrain_section() -> ml_collections.ConfigDict:
   return t
 
 
+def init_section() -> ml_collections.ConfigDict:
+  """Where the run's first weights come from: random (both empty), or one pretrained source."""
+  i = ml_collections.ConfigDict()
+  # A Hugging Face GPT-2 folder (config.json + model.safetensors, as save_pretrained and
+  # `python -m andrea_jax.export` write it; its tokenizer, if any, must encode as data.tokenizer
+  # does), or "hf:<repo>[@revision]" from the Hub (cached; needs the network once). "" = none.
+  i.from_hf = ""
+  # Another run's workdir, "DIR" (its newest checkpoint) or "DIR:STEP"; read only. "" = none.
+  i.from_run = ""
+  # Either way: parameters only (a fresh optimizer, step 0, the warmup from the start), used only
+  # while the workdir has no checkpoint of its own; model.* must match the source's architecture
+  # (a smaller model.max_len keeps the first positions). The source's path, SHA-256 and step are
+  # added to this section in the run's recorded config.json.
+  return i
+
+
 def base_config(sources: Sequence[str] = SOURCES, corpus: str = "synthetic",
                 mixer: str = "andrea") -> ml_collections.ConfigDict:
   """The whole run configuration with the tiny defaults; experiments override from here.
@@ -150,6 +167,7 @@ def base_config(sources: Sequence[str] = SOURCES, corpus: str = "synthetic",
   c.eval = eval_section(sources)
   c.terrain = terrain_section()  # the basin-width report of a checkpoint (andrea_jax.terrain)
   c.cliff = cliff_config()  # the zombie-cliff detector (andrea_jax.cliff)
+  c.init = init_section()   # pretrained weights to start from (andrea_jax.pretrained)
   c.mesh = mesh_section()   # device mesh (data, fsdp) and the FSDP rule (andrea_jax.sharding)
   c.distributed = distributed_config()  # multi-host start-up (andrea_jax.distributed)
   return c

@@ -72,6 +72,72 @@ def _hf_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
   return shapes
 
 
+def tensor_problems(shapes: dict[str, tuple[int, ...]], config: ModelConfig) -> list[str]:
+  """Every way a GPT-2 checkpoint's tensors (``name -> shape``, HF names with or without the
+  ``transformer.`` prefix) differ from what ``config`` needs: each missing tensor, each unexpected
+  one, each of the wrong shape, one line apiece (``[]`` when it loads). The causal-mask buffers of
+  older files and a tied ``lm_head.weight`` of the embedding's shape are accepted.
+
+  Example:
+    >>> tensor_problems({"wte.weight": (50257, 768)}, cfg)[:1]
+    ['missing tensor transformer.wpe.weight (expected shape (1024, 768))']
+  """
+  have = {}
+  for name, shape in shapes.items():
+    if name.endswith(_IGNORED_SUFFIXES):
+      continue
+    have[name if name.startswith(("transformer.", "lm_head.")) else "transformer." + name] = (
+        tuple(shape))
+  want = _hf_shapes(config)
+  want["lm_head.weight"] = want["transformer.wte.weight"]
+  out = [f"missing tensor {n} (expected shape {want[n]})" for n in want
+         if n not in have and n != "lm_head.weight"]
+  out += [f"unexpected tensor {n} {have[n]}" for n in have if n not in want]
+  out += [f"tensor {n} has shape {have[n]}, expected {want[n]}" for n in want
+          if n in have and have[n] != want[n]]
+  return out
+
+
+def model_config_from_hf(hf_config: dict[str, Any], where: str = "config.json",
+                         **overrides: Any) -> ModelConfig:
+  """The :class:`ModelConfig` of a ``transformers`` GPT-2 ``config.json`` (the inverse of
+  :func:`hf_gpt2_config`): ``n_layer``, ``n_head``, ``n_embd``, ``n_inner`` (``None``: ``4 *
+  n_embd``), ``n_positions``, ``vocab_size``, ``layer_norm_epsilon``, ``initializer_range``.
+  ``overrides`` set other fields (``dtype``, ...).
+
+  Raises ``ValueError`` naming ``where`` and the field for a model this one does not compute:
+  another ``model_type``, an activation other than ``gelu_new``, unscaled or layer-scaled
+  attention, untied output embeddings.
+
+  Example:
+    >>> model_config_from_hf(json.load(open("gpt2/config.json"))).num_layers
+    12
+  """
+  def need(key, ok, want):
+    if key in hf_config and not ok(hf_config[key]):
+      raise ValueError(f"{where}: {key} = {hf_config[key]!r}; this model computes {want} "
+                       "(GPT-2's architecture)")
+
+  need("model_type", lambda v: v == "gpt2", "'gpt2'")
+  need("activation_function", lambda v: v in ("gelu_new", "gelu_pytorch_tanh"), "'gelu_new'")
+  need("scale_attn_weights", lambda v: v is True, "True")
+  need("scale_attn_by_inverse_layer_idx", lambda v: v is False, "False")
+  need("tie_word_embeddings", lambda v: v is True, "True (the output layer is the embedding)")
+  fields = {"vocab_size": "vocab_size", "max_len": "n_positions", "num_layers": "n_layer",
+            "num_heads": "n_head", "d_model": "n_embd"}
+  missing = [hf for hf in fields.values() if not isinstance(hf_config.get(hf), int)]
+  if missing:
+    raise ValueError(f"{where}: no integer {', '.join(missing)} (not a GPT-2 config.json)")
+  d = {ours: hf_config[hf] for ours, hf in fields.items()}
+  d["d_mlp"] = hf_config.get("n_inner") or 4 * d["d_model"]
+  d["layer_norm_eps"] = float(hf_config.get("layer_norm_epsilon", 1e-5))
+  d["init_std"] = float(hf_config.get("initializer_range", 0.02))
+  try:
+    return ModelConfig(**{**d, **overrides})
+  except ValueError as e:
+    raise ValueError(f"{where}: {e}") from e
+
+
 def _get(tree, path):
   for p in path:
     tree = tree[p]

@@ -3,7 +3,11 @@
 The prompt goes through the model once (``decode=True`` fills the ``'cache'`` collection: keys and
 values ``[B, max_len, H, Dh]`` per layer and the write index), then each new token costs one
 single-position forward that reads the cache. The loop is a ``lax.scan``, so the whole call is
-jittable with ``max_new_tokens``, ``top_k`` and ``greedy`` static.
+jittable with ``max_new_tokens``, ``top_k``, ``top_p`` and ``greedy`` static.
+
+Filters, in the order ``transformers`` applies them: the temperature, then ``top_k`` (the ``k``
+largest logits), then ``top_p`` (nucleus sampling: the smallest set of most probable ids whose
+probability, renormalised over what ``top_k`` left, reaches ``p``).
 """
 
 from __future__ import annotations
@@ -36,28 +40,65 @@ def _check_temperature(temperature) -> None:
     raise ValueError(f"temperature must be a finite number > 0; got {temperature!r}")
 
 
+def check_top_p(top_p) -> float | None:
+  """``top_p`` as the sampler uses it: ``None`` (off) for ``None`` or ``1.0``, else a float in
+  ``(0, 1)``; ``ValueError`` naming the value otherwise (it is static under ``jit``)."""
+  if top_p is None:
+    return None
+  if (isinstance(top_p, bool) or not isinstance(top_p, numbers.Real)
+      or not 0 < float(top_p) <= 1):
+    raise ValueError(f"top_p must be a number in (0, 1]; got {top_p!r}")
+  return None if float(top_p) == 1.0 else float(top_p)
+
+
+def nucleus_mask(sorted_logits_BxK: jax.Array, top_p: float) -> jax.Array:
+  """``[B, K]`` bool: which of the descending-sorted logits nucleus sampling keeps.
+
+  With ``p_i = softmax(sorted_logits)_i``, id ``i`` is kept when the mass before it,
+  ``sum_{j < i} p_j``, is below ``top_p``: the smallest prefix whose mass reaches ``top_p``
+  (``transformers``' ``TopPLogitsWarper``, which removes the least probable ids while their mass
+  stays within ``1 - top_p``). The most probable id is always kept.
+
+  Example:
+    >>> nucleus_mask(jnp.log(jnp.array([[0.5, 0.3, 0.2]])), 0.7)   # [[True, True, False]]
+  """
+  p_BxK = jax.nn.softmax(sorted_logits_BxK.astype(jnp.float32), axis=-1)
+  before_BxK = jnp.cumsum(p_BxK, axis=-1) - p_BxK
+  return before_BxK < top_p
+
+
 def sample_logits(logits_BxV: jax.Array, key: jax.Array, *, temperature: float = 1.0,
-                  top_k: int | None = None, greedy: bool = False) -> jax.Array:
+                  top_k: int | None = None, greedy: bool = False,
+                  top_p: float | None = None) -> jax.Array:
   """Draws one token id per row ``[B]`` from ``softmax(logits / temperature)``.
 
   ``greedy`` takes the argmax; ``top_k`` restricts the draw to the ``k`` largest logits (the draw is
-  then ``softmax(top_k_logits / temperature)`` over exactly those ids). A concrete temperature that
-  is not a finite number > 0 raises ``ValueError``; a traced one (inside ``jit``) cannot, and gives
-  the id ``-1``, which no vocabulary holds, rather than a plausible token.
+  then ``softmax(top_k_logits / temperature)`` over exactly those ids); ``top_p`` in ``(0, 1)``
+  restricts it further to the nucleus (:func:`nucleus_mask`: the fewest most probable ids, after
+  the temperature and ``top_k``, whose renormalised mass reaches ``top_p``), and the draw is the
+  softmax over those ids alone. ``top_p`` of ``None`` or ``1.0`` is off (the draw is the same as
+  without it, bit for bit). A concrete temperature that is not a finite number > 0 raises
+  ``ValueError``; a traced one (inside ``jit``) cannot, and gives the id ``-1``, which no
+  vocabulary holds, rather than a plausible token.
 
   Example:
     >>> sample_logits(jnp.array([[0., 5., 1.]]), key, top_k=1)   # [1]
+    >>> sample_logits(jnp.log(jnp.array([[0.5, 0.3, 0.2]])), key, top_p=0.7)   # 0 or 1, 5:3
   """
   if greedy:
     return jnp.argmax(logits_BxV, axis=-1).astype(jnp.int32)
   _check_temperature(temperature)
+  top_p = check_top_p(top_p)
   t = jnp.asarray(temperature, jnp.float32)
   valid = jnp.isfinite(t) & (t > 0)
   logits_BxV = logits_BxV.astype(jnp.float32) / jnp.where(valid, t, 1.0)
-  if top_k is None:
+  if top_k is None and top_p is None:
     ids_B = jax.random.categorical(key, logits_BxV, axis=-1).astype(jnp.int32)
   else:
-    top_BxK, ids_BxK = jax.lax.top_k(logits_BxV, top_k)
+    # Sorted descending: the k largest (every id when top_k is off, for the nucleus's cumsum).
+    top_BxK, ids_BxK = jax.lax.top_k(logits_BxV, logits_BxV.shape[-1] if top_k is None else top_k)
+    if top_p is not None:
+      top_BxK = jnp.where(nucleus_mask(top_BxK, top_p), top_BxK, -jnp.inf)
     choice_B = jax.random.categorical(key, top_BxK, axis=-1)
     ids_B = jnp.take_along_axis(ids_BxK, choice_B[:, None], axis=-1)[:, 0].astype(jnp.int32)
   return jnp.where(valid, ids_B, -1)
@@ -65,7 +106,8 @@ def sample_logits(logits_BxV: jax.Array, key: jax.Array, *, temperature: float =
 
 def generate(params: PyTree, config: ModelConfig, prompt_BxP: jax.Array, key: jax.Array, *,
              max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-             greedy: bool | tuple[bool, ...] = False, vocab_limit: int | None = None) -> jax.Array:
+             greedy: bool | tuple[bool, ...] = False, vocab_limit: int | None = None,
+             top_p: float | None = None) -> jax.Array:
   """Continues each prompt by ``max_new_tokens`` sampled tokens; returns ``[B, P + N]`` int32.
 
   All prompts have the same length ``P`` (no left padding) and ``P + N <= config.max_len``. New
@@ -74,12 +116,13 @@ def generate(params: PyTree, config: ModelConfig, prompt_BxP: jax.Array, key: ja
   ``greedy`` may also be one bool per row: those rows decode greedily and the others are drawn
   together, as a call with only them would draw them (one program for both kinds of sample).
 
+  ``top_p`` keeps the nucleus of each draw (:func:`sample_logits`; ``None`` and ``1.0`` are off).
   ``vocab_limit`` draws only ids below it: a model whose vocabulary is larger than its tokenizer's
   (ANDREA-120M's 50,257 rows with the byte tokenizer) never emits an id the tokenizer cannot
   decode.
 
   Jittable: ``jax.jit(generate, static_argnames=("max_new_tokens", "top_k", "greedy",
-  "vocab_limit"))``. Concrete
+  "vocab_limit", "top_p"))``. Concrete
   bad input raises ``ValueError`` naming it (a prompt id outside the vocabulary, a temperature
   that is not a finite number > 0); under ``jit`` a traced temperature cannot, and a bad one gives
   new ids of ``-1`` (:func:`sample_logits`).
@@ -116,6 +159,7 @@ def generate(params: PyTree, config: ModelConfig, prompt_BxP: jax.Array, key: ja
   rows_greedy = tuple(greedy) if isinstance(greedy, (tuple, list)) else (bool(greedy),) * B
   if len(rows_greedy) != B:
     raise ValueError(f"greedy must be one bool or one per prompt row ({B}); got {greedy!r}")
+  top_p = check_top_p(top_p)
   if not all(rows_greedy):
     _check_temperature(temperature)
   prompt_BxP = jnp.asarray(prompt_BxP, jnp.int32)
@@ -136,7 +180,7 @@ def generate(params: PyTree, config: ModelConfig, prompt_BxP: jax.Array, key: ja
     if limit < logits_BxV.shape[-1]:
       logits_BxV = jnp.where(jnp.arange(logits_BxV.shape[-1]) < limit, logits_BxV, -jnp.inf)
     draw = lambda logits, g: sample_logits(logits, step_key, temperature=temperature,
-                                           top_k=top_k, greedy=g)
+                                           top_k=top_k, greedy=g, top_p=top_p)
     if not drawn_rows or not argmax_rows:
       return draw(logits_BxV, not drawn_rows)
     rows = lambda which: logits_BxV[np.asarray(which)]

@@ -8,18 +8,26 @@
   fresh count.
 * :func:`end_step`: this call's last step, and the refusal of a checkpoint already past it.
 * :func:`training_data_digest`: what the data check compares, saved with every checkpoint.
+* :func:`init_source`, :func:`start_from`: a run that names pretrained weights (``init``,
+  :mod:`andrea_jax.pretrained`) starts from them only when its workdir has no checkpoint: its own
+  checkpoint wins, so a restarted fine-tune resumes from itself, never from the source again.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import sys
 from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from andrea_jax import checkpoint as ckpt_lib
+from andrea_jax import data as data_lib
+from andrea_jax import pretrained
+from andrea_jax import runconfig
 from andrea_jax import sources as sources_lib
 from andrea_jax import step as step_lib
 
@@ -30,7 +38,8 @@ RESUME_FREE = ("train.stop_step", "train.log_every", "train.progress_bar", "trai
                "train.tensorboard", "train.checkpoint_every", "train.keep_checkpoints",
                "train.keep_period", "eval.",
                "data.workers", "data.cache_dir", "data.prefetch", "data.verify", "mesh.",
-               "distributed.", "terrain.")
+               "distributed.", "terrain.", "init.")
+# (init.: a resumed run reads its own checkpoint, never its init source again.)
 
 
 def config_changes(saved: dict | None, current: dict) -> list[str]:
@@ -162,3 +171,68 @@ def end_step(num_steps: int, stop_step: int, start: int, directory: str) -> int:
         f"the checkpoint at step {start} in {directory} is past train.stop_step = {end}; resume "
         f"with train.stop_step >= {start} (0 runs to train.num_steps = {num_steps})")
   return end
+
+
+def init_source(run: runconfig.Run, directory: str
+                ) -> tuple[runconfig.Run, pretrained.Source | None]:
+  """``(run, source)``: the weights a run naming ``init`` starts from, read and checked before
+  anything compiles, and the run with their provenance (``path``, ``sha256``, ``step``) in its
+  recorded config's ``init`` section.
+
+  The run's own checkpoint wins: when ``directory`` holds a trustworthy checkpoint the source is
+  not read (``source`` is ``None``; the provenance its start recorded is kept) and one line says
+  so. ``(run, None)`` for a run with no ``init``. Raises :class:`andrea_jax.pretrained.InitError`
+  naming every mismatch between the source and the run.
+  """
+  spec = run.init
+  if spec is None:
+    return run, None
+  newest = ckpt_lib.newest_meta(directory)
+  if newest is not None:
+    step, meta = newest
+    config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+    if jax.process_index() == 0:
+      print(f"resume: step {step} from {directory}; {spec.source} is not read again (the run's "
+            "own checkpoint wins)")
+    return _with_init_record(run, config.get("init") or {}), None
+  tokenizer = data_lib.load_tokenizer(run.data.tokenizer)
+  mcfg = run.model
+  if spec.from_hf:
+    source = pretrained.from_hf(spec.from_hf, mcfg, tokenizer)
+  else:
+    try:
+      saved = ckpt_lib.load_checkpoint(spec.from_run, spec.run_step)
+    except (FileNotFoundError, ckpt_lib.CheckpointError) as e:
+      raise pretrained.InitError(f"{spec.source}: {e}") from e
+    source = pretrained.from_params(
+        saved.params, saved.run.model, data_lib.load_tokenizer(saved.run.data.tokenizer),
+        saved.step, mcfg, tokenizer, spec.source, spec.from_run)
+  if jax.process_index() == 0:
+    for note in source.notes:
+      print(note)
+    step = source.record["step"]
+    print(f"init: params from {spec.source} (sha256 {source.record['sha256'][:16]}..."
+          f"{f', step {step}' if step is not None else ''}); optimizer fresh, step 0")
+  return _with_init_record(run, source.record), source
+
+
+def _with_init_record(run: runconfig.Run, provenance: dict) -> runconfig.Run:
+  keep = {k: provenance[k] for k in ("path", "sha256", "step") if k in provenance}
+  record = {**run.record, "init": {**run.record.get("init", {}), **keep}}
+  return dataclasses.replace(run, record=record)
+
+
+def start_from(source: pretrained.Source | None, state: step_lib.TrainState,
+               run: runconfig.Run) -> step_lib.TrainState:
+  """``state`` (a fresh one, step 0) with the parameters of ``source`` (:func:`init_source`) in
+  its shards and a fresh optimizer state for them (``tx.init(params)``: zero moments); the rest
+  (step, curriculum, detector) as it was. ``state`` itself when ``source`` is ``None``."""
+  if source is None:
+    return state
+  params = jax.tree.map(
+      lambda new, old: jax.make_array_from_callback(
+          old.shape, old.sharding, lambda index, new=new: np.asarray(new, old.dtype)[index]),
+      source.params, state.params)
+  opt_shardings = jax.tree.map(lambda x: x.sharding, state.opt_state)
+  opt_state = jax.jit(run.step.tx.init, out_shardings=opt_shardings)(params)
+  return state.replace(params=params, opt_state=opt_state)

@@ -19,6 +19,7 @@ from andrea_jax import checks
 from andrea_jax import cliff as cliff_lib
 from andrea_jax import curriculum
 from andrea_jax import optim
+from andrea_jax import pretrained
 from andrea_jax import sharding
 from andrea_jax import sources as sources_lib
 from andrea_jax import step as step_lib
@@ -89,6 +90,7 @@ class Run:
   evaluated: tuple[str, ...]      # those and eval.untrained: the sources with a held-out loss
   target: tuple[float, ...] | None = None   # eval.target normalised, one weight per source
   seed: int = 0
+  init: pretrained.InitSpec | None = None   # the weights the run starts from (none: random)
   record: dict = dataclasses.field(default_factory=dict, compare=False)   # config.to_dict()
 
   @property
@@ -320,5 +322,5 @@ def build(config: ml_collections.ConfigDict) -> Run:
                            micro_batch_size=d.global_batch_size // accum, prefetch=d.prefetch,
                            frozen=ml_collections.FrozenConfigDict(d)),
              mesh=mesh, sources=sources, trainable=trainable, evaluated=evaluated, target=target,
-             seed=seed,
+             seed=seed, init=pretrained.init_spec(config.get("init")),
              record=config.to_dict())

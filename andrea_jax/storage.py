@@ -21,6 +21,7 @@ import contextlib
 import errno
 import os
 import re
+import shutil
 from collections.abc import Callable, Iterator
 
 # What makes a write fail for want of room or permission (not a damaged disk: EIO is left alone).
@@ -166,3 +167,45 @@ def remove_quietly(path: str) -> None:
   """Removes the file ``path`` if it is there (a partial file after a failed write)."""
   with contextlib.suppress(OSError):
     os.remove(path)
+
+
+@contextlib.contextmanager
+def staged_directory(path: str, consequence: str, *, replace: bool = False) -> Iterator[str]:
+  """A directory written whole or not at all: yields a temporary sibling of ``path`` to fill; when
+  the block ends without an error it becomes ``path`` (a rename), and on any error, a kill
+  included, ``path`` is what it was and the temporary directory is removed (a kill leaves it as
+  ``<path>.tmp<pid>``, never as ``path``).
+
+  ``path`` may be absent or an empty directory; with ``replace`` a directory holding files is
+  replaced (moved aside, the new one renamed into place, the old one removed), else a
+  ``FileExistsError`` names it before anything is written. A failed write is a
+  :class:`WriteError` ending with ``consequence``.
+
+  Example:
+    >>> with staged_directory("out/tiny-hf", "nothing was exported") as tmp:
+    ...   write_files(tmp)
+  """
+  path = os.path.abspath(path)
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise FileExistsError(f"{path} is a file, not a directory")
+  if os.path.isdir(path) and os.listdir(path) and not replace:
+    raise FileExistsError(f"{path} is not empty")
+  tmp = f"{path}.tmp{os.getpid()}"
+  cleanup = lambda: shutil.rmtree(tmp, ignore_errors=True)
+  cleanup()
+  with writing(path, consequence, cleanup=cleanup):
+    os.makedirs(tmp)
+    yield tmp
+    aside = f"{path}.old{os.getpid()}" if os.path.isdir(path) and os.listdir(path) else None
+    if aside is not None:
+      os.rename(path, aside)
+    elif os.path.isdir(path):
+      os.rmdir(path)
+    try:
+      os.rename(tmp, path)
+    except BaseException:
+      if aside is not None:
+        os.rename(aside, path)
+      raise
+    if aside is not None:
+      shutil.rmtree(aside, ignore_errors=True)

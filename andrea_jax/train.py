@@ -73,9 +73,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict | runconfig.Run, workdi
     run = config if isinstance(config, runconfig.Run) else runconfig.build(config)
     with rundir_lib.open_run_dir(workdir, run.sources, keep=run.train.keep_checkpoints,
                                  keep_period=run.train.keep_period) as rd:
+      run, source = resume_lib.init_source(run, rd.checkpoints.directory)   # init.* weights
       opened = setup(run)
       start, opened.state = resume_lib.resume(rd.checkpoints, opened.state, run.record,
                                               opened.data_digest)
+      opened.state = resume_lib.start_from(source, opened.state, run)
       end = resume_lib.end_step(run.train.num_steps, run.train.stop_step, start,
                                 rd.checkpoints.directory)
       rd.begin(start, run.config_json, tensorboard=run.train.tensorboard)

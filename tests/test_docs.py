@@ -148,6 +148,27 @@ NOT_RUN = {
     'pip install -e ".[gpu]"': "it installs software",
     "python -m bench.faults --quick": "a benchmark (minutes); tests/faults/ runs each of its "
                                       "campaigns with one fault of each kind",
+    # docs/lifecycle.md's path from GPT-2's weights: the offline path above it runs the same
+    # commands on the demo's export (tests/test_pretrained.py starts runs from transformers'
+    # folders, tests/test_harness.py scores exports against lm-eval's hf backend).
+    "python -m andrea_jax.main --config=experiments/own_data.py:smoltalk --workdir=runs/gpt2-chat "
+    "--config.init.from_hf=hf:gpt2 --config.data.tokenizer=hf:gpt2 --config.model.num_layers=12 "
+    "--config.model.num_heads=12 --config.model.d_model=768 --config.model.d_mlp=3072 "
+    "--config.model.max_len=1024 --config.model.dtype=bfloat16 --config.data.seq_len=1024 "
+    "--config.data.global_batch_size=16 --config.optim.peak_lr=5e-5 "
+    "--config.data.files.smoltalk.format=hf "
+    "--config.data.files.smoltalk.dataset=HuggingFaceTB/smoltalk "
+    "--config.data.files.smoltalk.subset=all --config.data.files.smoltalk.layout=messages "
+    "--config.data.files.smoltalk.template=plain --config.data.files.smoltalk.loss_on=assistant":
+        "it downloads GPT-2's weights and tokenizer from the Hub and trains GPT-2 small (a GPU)",
+    'python -m andrea_jax.sample --workdir runs/gpt2-chat --chat --prompt "How do I read a file '
+    'in Python?"': "it reads the GPT-2 fine-tune above, which is not run",
+    "python -m andrea_jax.export --workdir runs/gpt2-chat --out runs/gpt2-chat-hf":
+        "it reads the GPT-2 fine-tune above, which is not run",
+    "python -m andrea_jax.harness --hf hf:gpt2 --tasks hellaswag":
+        "it downloads GPT-2 and HellaSwag from the Hub",
+    "python -m andrea_jax.harness --hf runs/gpt2-chat-hf --tasks hellaswag":
+        "it downloads HellaSwag and reads the GPT-2 fine-tune above, which is not run",
 }
 # The Hub datasets the pages name, made locally with the fields of the real ones.
 HUB_SPLITS = {"HuggingFaceTB/smoltalk": "train", "OpenAssistant/oasst1": "train"}

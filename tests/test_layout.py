@@ -19,11 +19,11 @@ LAYERS = (
     {"checks", "plugins", "sources", "attention", "model", "simplex", "heads", "optim", "repetition",
      "storage", "signals", "xent"},
     {"curriculum", "data", "cliff", "generate", "convert", "sharding", "distributed", "workdir",
-     "probes"},
+     "probes", "pretrained", "hf_files", "scoring"},
     {"step"},
     {"runconfig", "config", "checkpoint", "feed", "logs", "plots", "evaluate", "viz", "resume",
-     "rundir"},
-    {"train", "ablation", "terrain"},
+     "rundir", "trained"},
+    {"train", "ablation", "terrain", "sample", "export", "harness"},
     {"main"},
 )
 
