@@ -1,4 +1,6 @@
-"""Evaluation during training: held-out loss per source, and text samples with their repetition.
+"""Evaluation during training: held-out loss per source (:class:`HeldOut`), and text samples with
+their repetition (:class:`Samples`), each a metric ``(params, step) -> record`` that
+:func:`evaluation` joins into one record.
 
 Each evaluation record holds, for every source the run samples, the held-out loss in nats per
 token (``eval/loss/<source>``) and in bits per byte (``eval/bpb/<source>``, comparable across
@@ -19,6 +21,7 @@ parameters and the step, and goes into ``metrics.jsonl`` with the training recor
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -67,8 +70,8 @@ def _check_counted(batch: dict[str, np.ndarray], sources: tuple[str, ...],
           "eval_fraction and prepare it again")
 
 
-class Evaluator:
-  """Held-out loss per source and samples from fixed prompts, for one run.
+class HeldOut:
+  """Held-out loss per source, in nats per token and bits per byte, their means and the target's.
 
   The held-out rows go through the model in chunks no larger than one training micro-batch
   (``data.global_batch_size / optim.grad_accum_steps`` rows, the activations a training step
@@ -76,17 +79,10 @@ class Evaluator:
   no more memory than training, and every device computes its share of the rows, not all of them.
   """
 
-  def __init__(self, run, data, tokenizer, key: jax.Array, samples_path: str | None = None, *,
-               mesh: Mesh | None = None, vocabulary: frozenset[str] | None = None):
-    """``run``: the :class:`andrea_jax.runconfig.Run`; ``samples_path``: where samples are
-    appended (``None``: nowhere)."""
+  def __init__(self, run, data, tokenizer, *, mesh: Mesh | None = None):
+    """``run``: the :class:`andrea_jax.runconfig.Run`; its evaluated sources are read from
+    ``data`` (``eval.sequences_per_source`` fixed windows each)."""
     self.run_ = run
-    self.vocabulary = vocabulary
-    self.cfg = run.eval
-    self.tokenizer = tokenizer
-    self.key = key
-    self.samples_path = samples_path
-    model = run.step.model
     num_sources = len(run.sources)
     parts = []
     self.eval_sources = []
@@ -94,9 +90,8 @@ class Evaluator:
       if name not in run.evaluated:
         continue
       b = data_lib.eval_batches(data, name, seq_len=run.data.seq_len,
-                                num_sequences=self.cfg.sequences_per_source)
-      b = dict(b, source_ids=np.full((b["inputs"].shape[0],), i, np.int32))
-      parts.append(b)
+                                num_sequences=run.eval.sequences_per_source)
+      parts.append(dict(b, source_ids=np.full((b["inputs"].shape[0],), i, np.int32)))
       self.eval_sources.append(name)
     self.batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     self.masked = [n for n in self.eval_sources if n in data.masked_sources]
@@ -114,7 +109,7 @@ class Evaluator:
     num_chunks = -(-rows // micro)
     self.chunk_rows = -(-rows // (num_chunks * devices)) * devices
     chunks = eval_chunks(self.batch, self.chunk_rows)
-    document_mask = run.step.document_mask   # the same attention as in training
+    model, document_mask = run.step.model, run.step.document_mask   # training's attention
     # With masks, one forward pass gives the sums over the counted tokens and over every token.
     sums = step_lib.eval_losses_all_tokens if self.masked else step_lib.eval_losses
     losses = lambda p, b: sums(model, p, b, num_sources, document_mask)
@@ -124,19 +119,6 @@ class Evaluator:
     else:   # every process holds every held-out row: each device takes its slice of them
       self._chunks = [sharding.put_rows(c, sharding.batch_sharding(mesh)) for c in chunks]
       self._losses = jax.jit(losses, out_shardings=NamedSharding(mesh, P()))
-    # Training documents start with the end-of-document id, so prompts do too.
-    self.prompts = [np.concatenate([[tokenizer.eod_id], tokenizer.encode(p)]).astype(np.int32)
-                    for p in self.cfg.prompts]
-    mcfg = run.model
-    top_k = self.cfg.top_k or None
-    # A model vocabulary larger than the tokenizer's (unused rows) must not emit undecodable ids.
-    limit = min(tokenizer.vocab_size, mcfg.vocab_size)
-    # One program per prompt: its greedy continuation (row 0) and its sampled one (row 1).
-    self._generate = jax.jit(
-        lambda p, prompt_1xP, key: generate(
-            p, mcfg, jnp.concatenate([prompt_1xP, prompt_1xP]), key,
-            max_new_tokens=self.cfg.sample_tokens, temperature=self.cfg.temperature, top_k=top_k,
-            greedy=(True, False), vocab_limit=limit))
 
   def losses(self, params) -> dict[str, float]:
     """Mean held-out loss (nats/token) of each source in use, over the tokens its loss counts."""
@@ -153,23 +135,6 @@ class Evaluator:
     mean = lambda loss_S, tokens_S, n: float(loss_S[idx[n]] / max(tokens_S[idx[n]], 1.0))
     losses = {n: mean(sums[0], sums[1], n) for n in self.eval_sources}
     return losses, {n: mean(sums[2], sums[3], n) for n in self.masked}
-
-  def samples(self, params, step: int) -> list[dict[str, Any]]:
-    """Greedy and sampled continuations of each prompt, with their repetition scores."""
-    if not self.cfg.sample_tokens:
-      return []
-    out = []
-    key = jax.random.fold_in(self.key, step)
-    for i, (text, prompt) in enumerate(zip(self.cfg.prompts, self.prompts)):
-      row = {"prompt": text}
-      toks = np.asarray(self._generate(params, jnp.asarray(prompt[None]),
-                                       jax.random.fold_in(key, i)))
-      for r, mode in enumerate(("greedy", "sampled")):
-        new = toks[r, len(prompt):]
-        row[mode] = self.tokenizer.decode(new[new != self.tokenizer.eod_id].tolist())
-        row[f"{mode}_repetition"] = float(repetition.repetition_score(new))
-      out.append(row)
-    return out
 
   def loss_record(self, losses: dict[str, float],
                   all_tokens: dict[str, float] | None = None) -> dict[str, float]:
@@ -190,23 +155,88 @@ class Evaluator:
       rec[f"eval/bpb_all_tokens/{n}"] = bpb.bits_per_byte(v, self.all_tokens_per_byte[n])
     return rec
 
-  def run(self, params, step: int) -> dict[str, Any]:
-    """One evaluation record for ``metrics.jsonl`` (and a block appended to ``samples.txt``)."""
-    rec: dict[str, Any] = {"step": step,
-                           **self.loss_record(*self.losses_and_all_tokens(params))}
+  def record(self, params, step: int | None = None) -> dict[str, float]:
+    """The held-out part of an evaluation record (``step`` is not read: the losses are a
+    function of the parameters alone)."""
+    return self.loss_record(*self.losses_and_all_tokens(params))
+
+
+class Samples:
+  """Greedy and sampled continuations of fixed prompts (``eval.prompts``), with their repetition
+  and, when the corpus has a vocabulary, the share of their words that are corpus words."""
+
+  def __init__(self, run, tokenizer, key: jax.Array, samples_path: str | None = None, *,
+               vocabulary: frozenset[str] | None = None):
+    """``key``: the run's evaluation key (each step's draws are ``fold_in(key, step)``);
+    ``samples_path``: where each evaluation's block is appended (``None``: nowhere)."""
+    self.cfg, self.tokenizer, self.key = run.eval, tokenizer, key
+    self.samples_path, self.vocabulary = samples_path, vocabulary
+    # Training documents start with the end-of-document id, so prompts do too.
+    self.prompts = [np.concatenate([[tokenizer.eod_id], tokenizer.encode(p)]).astype(np.int32)
+                    for p in self.cfg.prompts]
+    mcfg = run.model
+    top_k = self.cfg.top_k or None
+    # A model vocabulary larger than the tokenizer's (unused rows) must not emit undecodable ids.
+    limit = min(tokenizer.vocab_size, mcfg.vocab_size)
+    # One program per prompt: its greedy continuation (row 0) and its sampled one (row 1).
+    self._generate = jax.jit(
+        lambda p, prompt_1xP, key: generate(
+            p, mcfg, jnp.concatenate([prompt_1xP, prompt_1xP]), key,
+            max_new_tokens=self.cfg.sample_tokens, temperature=self.cfg.temperature, top_k=top_k,
+            greedy=(True, False), vocab_limit=limit))
+
+  def samples(self, params, step: int) -> list[dict[str, Any]]:
+    """Greedy and sampled continuations of each prompt, with their repetition scores."""
+    if not self.cfg.sample_tokens:
+      return []
+    out = []
+    key = jax.random.fold_in(self.key, step)
+    for i, (text, prompt) in enumerate(zip(self.cfg.prompts, self.prompts)):
+      row = {"prompt": text}
+      toks = np.asarray(self._generate(params, jnp.asarray(prompt[None]),
+                                       jax.random.fold_in(key, i)))
+      for r, mode in enumerate(("greedy", "sampled")):
+        new = toks[r, len(prompt):]
+        row[mode] = self.tokenizer.decode(new[new != self.tokenizer.eod_id].tolist())
+        row[f"{mode}_repetition"] = float(repetition.repetition_score(new))
+      out.append(row)
+    return out
+
+  def record(self, params, step: int) -> dict[str, Any]:
+    """The samples' part of an evaluation record (and a block appended to ``samples.txt``):
+    ``eval/repetition``, ``eval/greedy_repetition``, ``eval/word_share`` and ``samples``; empty
+    when ``eval.sample_tokens`` is 0."""
     samples = self.samples(params, step)
-    if samples:
-      rec["eval/repetition"] = float(np.mean([s["sampled_repetition"] for s in samples]))
-      rec["eval/greedy_repetition"] = float(np.mean([s["greedy_repetition"] for s in samples]))
-      if self.vocabulary is not None:
-        texts = [s[mode] for s in samples for mode in ("greedy", "sampled")]
-        from andrea_jax.data.corpora import wordshare   # a corpus that knows its words
-        rec["eval/word_share"] = wordshare.word_share(texts, self.vocabulary)
-      rec["samples"] = samples
-      if self.samples_path and jax.process_index() == 0:
-        with open(self.samples_path, "a") as f:
-          f.write(f"=== step {step} ===\n")
-          for s in samples:
-            f.write(f"[{s['prompt']!r}] greedy : {s['greedy']!r}\n")
-            f.write(f"[{s['prompt']!r}] sampled: {s['sampled']!r}\n")
+    if not samples:
+      return {}
+    rec: dict[str, Any] = {
+        "eval/repetition": float(np.mean([s["sampled_repetition"] for s in samples])),
+        "eval/greedy_repetition": float(np.mean([s["greedy_repetition"] for s in samples]))}
+    if self.vocabulary is not None:
+      texts = [s[mode] for s in samples for mode in ("greedy", "sampled")]
+      from andrea_jax.data.corpora import wordshare   # a corpus that knows its words
+      rec["eval/word_share"] = wordshare.word_share(texts, self.vocabulary)
+    rec["samples"] = samples
+    if self.samples_path and jax.process_index() == 0:
+      with open(self.samples_path, "a") as f:
+        f.write(f"=== step {step} ===\n")
+        for s in samples:
+          f.write(f"[{s['prompt']!r}] greedy : {s['greedy']!r}\n")
+          f.write(f"[{s['prompt']!r}] sampled: {s['sampled']!r}\n")
     return rec
+
+
+def evaluation(*metrics: Callable[[Any, int], dict[str, Any]]) -> Callable[[Any, int], dict]:
+  """One evaluation record from metrics, each a function ``(params, step) -> {key: value}``
+  (:meth:`HeldOut.record`, :meth:`Samples.record`, or one's own): ``{"step": step, ...}``.
+
+  Example:
+    >>> evaluate = evaluation(HeldOut(run, data, tok).record, Samples(run, tok, key).record)
+    >>> evaluate(state.params, 250)["eval/mean_loss"]
+  """
+  def evaluate(params, step: int) -> dict[str, Any]:
+    rec: dict[str, Any] = {"step": step}
+    for metric in metrics:
+      rec.update(metric(params, step))
+    return rec
+  return evaluate

@@ -22,9 +22,8 @@ SIGTERM and SIGINT at any moment stop the run at the next step boundary with a c
 from __future__ import annotations
 
 import dataclasses
-import time
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -35,7 +34,7 @@ from andrea_jax import curriculum
 from andrea_jax import data as data_lib
 from andrea_jax import evaluate as eval_lib
 from andrea_jax import feed as feed_lib
-from andrea_jax import logs
+from andrea_jax import hooks as hooks_lib
 from andrea_jax import plots
 from andrea_jax import resume as resume_lib
 from andrea_jax import rundir as rundir_lib
@@ -46,13 +45,18 @@ from andrea_jax import step as step_lib
 from andrea_jax.model import flops_per_token, init_params
 
 
-class TrainingHalted(RuntimeError):
-  """Too many consecutive non-finite steps: the run stopped (its last checkpoint is intact)."""
+TrainingHalted = hooks_lib.TrainingHalted
+Hook = hooks_lib.Hook
+StepInfo = hooks_lib.StepInfo
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict | runconfig.Run, workdir: str) -> dict:
+def train_and_evaluate(config: ml_collections.ConfigDict | runconfig.Run, workdir: str, *,
+                       hooks: Sequence[hooks_lib.Hook] = ()) -> dict:
   """Train (or resume) the run ``config`` describes (a ``ConfigDict``, or the ``Run`` it was
-  validated into) in ``workdir``; returns a summary dict.
+  validated into) in ``workdir``; returns a summary dict. ``hooks`` are the caller's periodic
+  work (:class:`andrea_jax.hooks.Hook`: ``Hook(every=100, fn=my_metric)``), run after the loop's
+  own log record and evaluation and before its checkpoint; a hook's returned mapping is a record
+  of its step in ``metrics.jsonl``.
 
   Writes under ``workdir``: ``checkpoints/``, ``metrics.jsonl``, ``throughput.jsonl``,
   ``tensorboard/`` (``train.tensorboard``), ``samples.txt`` (when evaluations sample text),
@@ -81,16 +85,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict | runconfig.Run, workdi
       end = resume_lib.end_step(run.train.num_steps, run.train.stop_step, start,
                                 rd.checkpoints.directory)
       rd.begin(start, run.config_json, tensorboard=run.train.tensorboard)
-      summary = train_loop(run, rd, opened, start, end, signals)
+      summary = train_loop(run, rd, opened, start, end, signals, hooks)
       rd.close()   # the logs whole before the plot reads them, the workdir still held
       return _finish(run, workdir, summary, end)
-
-
-class Hook(NamedTuple):
-  """Periodic work of the loop: ``fn(done, metrics)`` after a step when ``due(done)``, ``done``
-  the number of steps done (``t + 1`` after step ``t``)."""
-  due: Callable[[int], bool]
-  fn: Callable[[int, dict], None]
 
 
 def every(n: int, also: Callable[[int], bool] = lambda done: True) -> Callable[[int], bool]:
@@ -112,7 +109,7 @@ class Opened:
 
 
 def train_loop(run: runconfig.Run, rd: rundir_lib.RunDir, opened: Opened, start: int, end: int,
-               signals: signals_lib.Signals) -> dict:
+               signals: signals_lib.Signals, hooks: Sequence[hooks_lib.Hook] = ()) -> dict:
   """Steps ``start .. end - 1`` and the hooks after each; returns the summary (``interrupted_at``
   when a signal stopped it). Stops with :class:`andrea_jax.workdir.WorkdirLost` if another run
   took the workdir's lock."""
@@ -123,43 +120,39 @@ def train_loop(run: runconfig.Run, rd: rundir_lib.RunDir, opened: Opened, start:
   bar = _progress_bar(run, start, end)
   closers = [feed.close, batches.close] + ([bar.close] if bar is not None else [])
   try:
-    evaluator = eval_lib.Evaluator(
-        run, opened.data, opened.tokenizer, opened.keys["eval"], rd.samples_path,
-        mesh=opened.mesh, vocabulary=data_lib.corpus_vocabulary(run.data.section()))
-    log, flush = _logging(run, rd, feed, bar, start, opened.data)
-    evaluate = lambda at, _=None: _evaluate(rd, evaluator, loop, flush, at)
-    checkpoint = lambda at, _=None: _checkpoint(run, rd, opened, loop, flush, at)
-    hooks = [Hook(lambda done: done % run.train.log_every == 0 or done == run.train.num_steps,
-                  log),
-             Hook(every(run.eval.every, lambda done: done < end), evaluate),
-             Hook(every(run.train.checkpoint_every), checkpoint)]
+    log, evaluate, checkpoint = _builtin_hooks(run, rd, opened, loop, feed, bar, start, end)
+    own = [hooks_lib.recorded(h, rd.logger, log.flush) for h in hooks]
+    periodic = [log.hook(), evaluate, *own, checkpoint]
+    info = lambda done, metrics=None: hooks_lib.StepInfo(done, loop.state, metrics, run, rd.path)
     summary: dict[str, Any] = {"start_step": start}
-    if every(run.eval.every, lambda done: 0 < done < end)(start):
-      # The interrupted run may have written it before checkpoint `start`, but its logs were cut
-      # back to the steps before `start`: an evaluation belongs to the segment that begins there.
-      evaluate(start)
+    if 0 < start < end:
+      # The interrupted run may have written their records before checkpoint `start`, but its
+      # logs were cut back to the steps before `start`: they belong to the segment from here.
+      for hook in (evaluate, *own):
+        if hook.is_due(start):
+          hook.fn(info(start))
     for t in range(start, end):
       rd.lock.raise_if_lost()
       loop.state, metrics = opened.step_fn(loop.state, next(batches))
       feed.record(t, metrics["schedule"])
-      flush()               # read the previous log step now that step t is queued
+      log.flush()           # read the previous log step now that step t is queued
       if bar is not None:
         bar.update(1)
-      for hook in hooks:
-        if hook.due(t + 1):
-          hook.fn(t + 1, metrics)
+      for hook in periodic:
+        if hook.is_due(t + 1):
+          hook.fn(info(t + 1, metrics))
       if signals.stop(t):
         print(f"\nsignal {signals.received} at step {t + 1}: checkpointing and exiting")
-        checkpoint(t + 1)
+        checkpoint.fn(info(t + 1))
         summary["interrupted_at"] = t + 1
         break
     else:
-      flush()
-      _raise_if_halted(run, loop.state.halted_at)   # also if a streak ended between log steps
+      log.flush()
+      hooks_lib.raise_if_halted(run, loop.state.halted_at)   # a streak between log steps too
       # At a stop_step as at num_steps; a run resumed from checkpoint `end` drops this record and
       # makes the evaluation at `end` only if eval.every asks for it, as an uninterrupted run.
-      summary["final_eval"] = evaluate(end)
-      checkpoint(end)
+      summary["final_eval"] = evaluate.fn(info(end))
+      checkpoint.fn(info(end))
   except BaseException:
     _close_all(closers, quiet=True)
     raise
@@ -174,68 +167,40 @@ class _LoopState:
   saved: set = dataclasses.field(default_factory=set)
 
 
-def _logging(run: runconfig.Run, rd: rundir_lib.RunDir, feed: feed_lib.ScheduleFeed, bar,
-             start: int, data: data_lib.PreparedData):
-  """The log hook (a step's metrics kept to be read one step late, and its throughput) and
-  ``flush``, which reads and writes the pending step's record."""
-  pending: list[tuple[int, dict]] = []
-  tokens_per_step = run.data.global_batch_size * run.data.seq_len   # global
-  flops = flops_per_token(run.model, run.data.seq_len)
-  peak = logs.peak_flops()   # this process's devices
-  peak = peak * jax.process_count() if peak else None
-  last = [time.perf_counter(), start]   # the time and step of the last throughput record
-  epochs_per_row = [run.data.seq_len / max(data.num_tokens(s, "train"), 1)
+def _builtin_hooks(run: runconfig.Run, rd: rundir_lib.RunDir, opened: Opened, loop: _LoopState,
+                   feed: feed_lib.ScheduleFeed, bar, start: int, end: int):
+  """The loop's own periodic work: the log (:class:`andrea_jax.hooks.StepLog`), the evaluation
+  (held-out losses and samples, every ``eval.every`` steps before the end) and the checkpoint."""
+  epochs_per_row = [run.data.seq_len / max(opened.data.num_tokens(s, "train"), 1)
                     if s in run.trainable else 0.0 for s in run.sources]
+  log = hooks_lib.StepLog(run, rd.logger, feed.used, epochs_per_row, start,
+                          flops_per_token(run.model, run.data.seq_len), bar)
+  evaluation = eval_lib.evaluation(
+      eval_lib.HeldOut(run, opened.data, opened.tokenizer, mesh=opened.mesh).record,
+      eval_lib.Samples(run, opened.tokenizer, opened.keys["eval"], rd.samples_path,
+                       vocabulary=data_lib.corpus_vocabulary(run.data.section())).record)
 
-  def log(done: int, metrics: dict) -> None:
-    t = done - 1
-    pending.append((t, metrics))
-    now = time.perf_counter()
-    tps = tokens_per_step * (done - last[1]) / max(now - last[0], 1e-9)
-    last[:] = [now, done]
-    perf = {"step": t, "tokens_per_s": tps}
-    if peak:
-      perf["mfu"] = tps * flops / peak
-    rd.logger.write(perf, deterministic=False)
-    if bar is not None:
-      bar.set_postfix(tok_s=f"{tps:,.0f}",
-                      **({"mfu": f"{perf['mfu']:.1%}"} if "mfu" in perf else {}))
+  def evaluate(info: hooks_lib.StepInfo) -> dict:
+    log.flush()   # the records of steps < at come first, as in a run resumed at step `at`
+    record = evaluation(info.state.params, info.step)
+    rd.logger.write(record)
+    return record
 
-  def flush() -> None:
-    while pending:
-      t, metrics = pending.pop(0)
-      m = jax.device_get(metrics)
-      _raise_if_halted(run, m["halted_at"])
-      rec = logs.step_record(run.sources, run.curriculum.labels, m, feed.used(t), epochs_per_row)
-      rd.logger.write(rec)
-      if bar is not None:
-        bar.set_description(f"loss {rec['loss']:.3f}")
-      if "cliff/source" in rec:
-        print("\n" + logs.cliff_message(rec, t, run.curriculum.geometry_names,
-                                        run.cliff.respond))
+  def checkpoint(info: hooks_lib.StepInfo) -> None:
+    # Every record of a step < at is in metrics.jsonl before checkpoint `at` exists: a run
+    # resumed from it keeps exactly those (logs.truncate_jsonl) and writes the rest again.
+    at = info.step
+    log.flush()
+    hooks_lib.raise_if_halted(run, loop.state.halted_at)   # nothing past the last good state
+    if at not in loop.saved:
+      rd.checkpoints.save(at, loop.state, {"step": at, "config": run.record,
+                                           "data": opened.data_digest,
+                                           "sources": list(run.sources)})
+      loop.saved.add(at)
 
-  return log, flush
-
-
-def _evaluate(rd: rundir_lib.RunDir, evaluator: eval_lib.Evaluator, loop: _LoopState,
-              flush: Callable[[], None], at: int) -> dict:
-  flush()   # the records of steps < at come first, as in a run resumed at step `at`
-  record = evaluator.run(loop.state.params, at)
-  rd.logger.write(record)
-  return record
-
-
-def _checkpoint(run: runconfig.Run, rd: rundir_lib.RunDir, opened: Opened, loop: _LoopState,
-                flush: Callable[[], None], at: int) -> None:
-  # Every record of a step < at is in metrics.jsonl before checkpoint `at` exists: a run resumed
-  # from it keeps exactly those (logs.truncate_jsonl) and writes the rest again.
-  flush()
-  _raise_if_halted(run, loop.state.halted_at)   # a halted run saves nothing past its last good state
-  if at not in loop.saved:
-    rd.checkpoints.save(at, loop.state, {"step": at, "config": run.record,
-                                         "data": opened.data_digest,
-                                         "sources": list(run.sources)})
-    loop.saved.add(at)
+  return (log, hooks_lib.Hook(run.eval.every, evaluate, due=every(run.eval.every,
+                                                                  lambda done: done < end)),
+          hooks_lib.Hook(run.train.checkpoint_every, checkpoint))
 
 
 def _progress_bar(run: runconfig.Run, start: int, end: int):
@@ -313,14 +278,3 @@ def _finish(run: runconfig.Run, workdir: str, summary: dict, end: int) -> dict:
              "checkpoints/": True}
   summary["outputs"] = [name for name, wrote in written.items() if wrote]
   return summary
-
-
-def _raise_if_halted(run: runconfig.Run, halted_at) -> None:
-  """``TrainingHalted`` when a streak of non-finite steps reached the limit (``halted_at >= 0``)."""
-  first = int(jax.device_get(halted_at))
-  if first >= 0:
-    limit = run.step.max_nonfinite_steps
-    raise TrainingHalted(
-        f"{limit} consecutive steps with a non-finite loss, gradient or update (steps "
-        f"{first}..{first + limit - 1}); they were skipped and the weights are unchanged. Lower "
-        "optim.peak_lr, raise optim.warmup_steps or check the data.")

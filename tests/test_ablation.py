@@ -61,8 +61,7 @@ def test_each_vmapped_variant_equals_the_variant_trained_alone(result):
                                     global_batch_size=base.data.global_batch_size, seed=base.seed)
   batches = [sampler.batch(t, weights) for t in range(STEPS)]
   # One evaluator (its compiled loss) for both variants: it only needs the model's shape.
-  evaluator = eval_lib.Evaluator(runconfig.build(base), data, tokenizer,
-                                 jax.random.PRNGKey(0))
+  evaluator = eval_lib.HeldOut(runconfig.build(base), data, tokenizer)
   for k, v in enumerate(VARIANTS):
     c = _config()
     c.seed = v["seed"]

@@ -76,7 +76,7 @@ def test_eval_chunks_cut_and_pad_by_hand():
 def test_losses_equal_the_cross_entropy_worked_out_row_by_row(data_cache):
   c = _config()
   run, tokenizer, data, params = _setup(c)
-  evaluator = eval_lib.Evaluator(run, data, tokenizer, jax.random.key(0))
+  evaluator = eval_lib.HeldOut(run, data, tokenizer)
   assert len(evaluator.batch["inputs"]) == 48 and evaluator.chunk_rows == 24
   assert len(evaluator._chunks) == 2
   got = evaluator.losses(params)
@@ -87,7 +87,7 @@ def test_losses_equal_the_cross_entropy_worked_out_row_by_row(data_cache):
   # Micro-batches of 10 rows (grad_accum_steps 4): five chunks of 10, the last with 2 rows of
   # padding, the same losses.
   c.optim.grad_accum_steps = 4
-  small = eval_lib.Evaluator(runconfig.build(c), data, tokenizer, jax.random.key(0))
+  small = eval_lib.HeldOut(runconfig.build(c), data, tokenizer)
   assert small.chunk_rows == 10 and len(small._chunks) == 5
   for name, v in small.losses(params).items():
     np.testing.assert_allclose(v, want[name], rtol=2e-5, err_msg=name)
@@ -103,8 +103,7 @@ def test_four_devices_each_evaluate_a_quarter_of_the_rows(tmp_path, data_cache):
   report = json.loads(p.stdout.strip().splitlines()[-1])
   c = _config()
   run, tokenizer, data, params = _setup(c)
-  want = _by_hand(run, params, eval_lib.Evaluator(run, data, tokenizer,
-                                                  jax.random.key(0)).batch)
+  want = _by_hand(run, params, eval_lib.HeldOut(run, data, tokenizer).batch)
   for mesh, got in report.items():
     assert got["rows_per_device"] == [6, 6], mesh    # 24-row chunks, a quarter on each device
     assert got["losses"].keys() == want.keys()
@@ -121,7 +120,7 @@ def _four_device_report() -> None:
     c.mesh.update(data=data_axis, fsdp=fsdp, fsdp_min_size=1)
     mesh = sharding.make_mesh(c.mesh)
     placed = jax.device_put(params, sharding.fsdp_shardings(params, mesh, 1))
-    evaluator = eval_lib.Evaluator(run, data, tokenizer, jax.random.key(0), mesh=mesh)
+    evaluator = eval_lib.HeldOut(run, data, tokenizer, mesh=mesh)
     rows = [{s.data.shape[0] for s in chunk["inputs"].addressable_shards}
             for chunk in evaluator._chunks]
     assert all(len(r) == 1 for r in rows), rows

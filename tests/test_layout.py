@@ -22,7 +22,7 @@ LAYERS = (
      "probes", "pretrained", "hf_files", "scoring"},
     {"step"},
     {"runconfig", "config", "checkpoint", "feed", "logs", "plots", "evaluate", "viz", "resume",
-     "rundir", "trained"},
+     "hooks", "rundir", "trained"},
     {"train", "ablation", "terrain", "sample", "export", "harness"},
     {"main"},
 )
@@ -173,7 +173,8 @@ def test_the_trainer_reads_like_one_loop():
 
 # Modules below the command line: they take the typed Run, never the ConfigDict's sections.
 _BELOW_THE_COMMAND_LINE = ("train.py", "evaluate.py", "feed.py", "rundir.py", "resume.py",
-                           "logs.py", "step.py")
+                           "logs.py", "step.py", "hooks.py", "probes/__init__.py",
+                           "probes/interface.py", "probes/target_gain.py")
 
 
 @pytest.mark.parametrize("name", _BELOW_THE_COMMAND_LINE)

@@ -342,7 +342,8 @@ def test_signature_is_the_one_callers_use():
   sig = inspect.signature(train.train_and_evaluate)
   P = inspect.Parameter
   assert [(p.name, p.kind) for p in sig.parameters.values()] == [
-      ("config", P.POSITIONAL_OR_KEYWORD), ("workdir", P.POSITIONAL_OR_KEYWORD)]
+      ("config", P.POSITIONAL_OR_KEYWORD), ("workdir", P.POSITIONAL_OR_KEYWORD),
+      ("hooks", P.KEYWORD_ONLY)]
   sig.bind(small_run_config(), "runs/x")
   # A third positional argument: the signature refuses it, and so does the function itself,
   # before it reads the config.
@@ -355,7 +356,8 @@ def test_signature_is_the_one_callers_use():
 def test_annotations_and_metadata_are_the_wrappers():
   f = train.train_and_evaluate
   assert f.__annotations__ == {"config": "ml_collections.ConfigDict | runconfig.Run",
-                               "workdir": "str", "return": "dict"}
+                               "workdir": "str", "hooks": "Sequence[hooks_lib.Hook]",
+                               "return": "dict"}
   assert not hasattr(f, "__wrapped__")
   assert f.__name__ == f.__qualname__ == "train_and_evaluate" and f.__module__ == "andrea_jax.train"
   assert f.__doc__.startswith("Train (or resume) the run ``config`` describes")
