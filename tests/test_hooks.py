@@ -57,3 +57,29 @@ def test_hook_records_follow_the_steps_and_a_resumed_run_writes_them_again(tmp_p
   want = float(np.sqrt(sum(float(np.sum(np.square(np.asarray(x, np.float64))))
                            for x in jax.tree.leaves(saved.params))))
   np.testing.assert_allclose(mine[1]["weights/norm"], want, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_epochs_are_the_rows_the_sampler_allocated_over_the_training_tokens(tmp_path, data_cache):
+  """``data/epochs/<source>`` after each step equals, computed apart on the host, the rows the
+  sampler allocates each step to the source for the logged mixture (``MixtureSampler.counts``,
+  summed over the steps so far) times ``seq_len`` over the source's training tokens."""
+  from andrea_jax import data as data_lib, runconfig
+  c = small_run_config(num_steps=12)
+  c.train.log_every = 1
+  train.train_and_evaluate(c, str(tmp_path / "run"))
+  run = runconfig.build(c)
+  tok = data_lib.load_tokenizer(c.data.tokenizer)
+  data = data_lib.open_training_data(c.data, tok, sources=run.sources, required=run.evaluated,
+                                     progress=False)
+  sampler = data_lib.MixtureSampler(data, seq_len=c.data.seq_len,
+                                    global_batch_size=c.data.global_batch_size, seed=c.seed)
+  records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()
+             if "loss" in json.loads(line)]
+  rows = np.zeros(len(run.sources))
+  for rec in records:
+    w = np.array([rec[f"weight/{s}"] for s in run.sources])
+    rows += sampler.counts(w / w.sum(), rec["step"])
+    for i, s in enumerate(run.sources):
+      want = rows[i] * c.data.seq_len / data.num_tokens(s, "train")
+      assert rec[f"data/epochs/{s}"] == pytest.approx(want, rel=1e-12), (rec["step"], s)
