@@ -64,7 +64,10 @@ def optim_section() -> ml_collections.ConfigDict:
   o.eps = 1e-8              # AdamW epsilon
   o.weight_decay = 0.1      # decoupled weight decay, on matrices (ndim >= 2) only
   o.grad_clip = 1.0         # global-norm clipping threshold; 0 disables
-  o.grad_accum_steps = 1    # micro-batches accumulated per optimizer step (optax.MultiSteps)
+  o.grad_accum_steps = 1    # micro-batches accumulated per optimizer step (a scan inside the step)
+  # the update after the clipping: "adamw", or "package.module:factory", a function
+  # (OptimSpec, learning_rate) -> optax.GradientTransformation (andrea_jax.optim.update)
+  o.name = "adamw"
   return o
 
 
@@ -86,6 +89,9 @@ def train_section() -> ml_collections.ConfigDict:
   t.progress_bar = True     # tqdm progress bar on the console
   t.plot = True             # write summary.png at the end
   t.tensorboard = True      # write TensorBoard event files (tensorboardX) beside metrics.jsonl
+  # periodic work of your own after a step: comma-separated "package.module:name", each a
+  # Hook(every, fn) or a function of no arguments returning one (andrea_jax.hooks); "" = none
+  t.hooks = ""
   return t
 
 
@@ -100,6 +106,9 @@ def eval_section(sources: Sequence[str] = SOURCES) -> ml_collections.ConfigDict:
   # the source mixture the run aims at (relative weights; all 0 = none): its held-out loss,
   # eval/target_loss, is reported beside the equal-weight mean (e.g. a corpus's declared target)
   e.target = ml_collections.ConfigDict({source_key(s): 0.0 for s in sources})
+  # metrics of your own in each evaluation record: comma-separated "package.module:factory", each
+  # factory(EvalContext) -> metric(params, step) -> {key: number} (andrea_jax.evaluate); "" = none
+  e.metrics = ""
   # comma-separated sources the run evaluates (held-out loss; eval.target may weigh them) and never
   # trains on: every geometry gives them a ceiling of 0 ("" = none)
   e.untrained = ""

@@ -22,7 +22,7 @@ parameters and the step, and goes into ``metrics.jsonl`` with the training recor
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -224,6 +224,29 @@ class Samples:
           f.write(f"[{s['prompt']!r}] greedy : {s['greedy']!r}\n")
           f.write(f"[{s['prompt']!r}] sampled: {s['sampled']!r}\n")
     return rec
+
+
+class EvalContext(NamedTuple):
+  """What a metric of one's own (``eval.metrics``) is built from: ``factory(ctx)`` returns
+  ``metric(params, step) -> {key: number}``, joined into each evaluation record.
+
+  Attributes:
+    run: the :class:`andrea_jax.runconfig.Run`.
+    data: the opened :class:`andrea_jax.data.PreparedData` (its held-out split too).
+    tokenizer: the run's tokenizer.
+    held_out: the run's :class:`HeldOut` (its fixed windows, ``losses(params)``).
+
+  Example (``mymetrics.py``, ``eval.metrics = "mymetrics:perplexity"``)::
+
+    def perplexity(ctx):
+      def metric(params, step):
+        return {f"eval/ppl/{s}": math.exp(v) for s, v in ctx.held_out.losses(params).items()}
+      return metric
+  """
+  run: Any
+  data: Any
+  tokenizer: Any
+  held_out: HeldOut
 
 
 def evaluation(*metrics: Callable[[Any, int], dict[str, Any]]) -> Callable[[Any, int], dict]:

@@ -26,6 +26,7 @@ import numpy as np
 import optax
 
 from andrea_jax import checks
+from andrea_jax import plugins
 
 SCHEDULES = ("cosine", "wsd", "constant")
 
@@ -100,6 +101,18 @@ def clip_by_global_norm(max_norm: float) -> optax.GradientTransformationExtraArg
   return optax.GradientTransformationExtraArgs(optax.init_empty_state, update_fn)
 
 
+def adamw(spec: "OptimSpec", learning_rate: Schedule) -> optax.GradientTransformation:
+  """The built-in update (``optim.name = "adamw"``): AdamW with ``spec``'s betas, epsilon and
+  decoupled weight decay on matrices only (:func:`decay_mask`)."""
+  return optax.adamw(learning_rate=learning_rate, b1=spec.b1, b2=spec.b2, eps=spec.eps,
+                     weight_decay=spec.weight_decay, mask=decay_mask)
+
+
+BUILTIN = {"adamw": adamw}
+"""The built-in updates by name (``optim.name``); ``"package.module:factory"`` names one's own, a
+function ``(OptimSpec, learning_rate) -> optax.GradientTransformation``."""
+
+
 @dataclasses.dataclass(frozen=True)
 class OptimSpec:
   """The ``optim`` section, validated (:meth:`from_config`): clipping, AdamW and the schedule.
@@ -121,13 +134,17 @@ class OptimSpec:
   grad_clip: float
   grad_accum_steps: int
   total_steps: int         # the run's length (train.num_steps): the schedule is laid out over it
+  name: str = "adamw"      # the update after the clipping: a built-in or "package.module:factory"
 
   @classmethod
   def from_config(cls, cfg: ml_collections.ConfigDict, total_steps: int) -> "OptimSpec":
     """The section checked, every error naming ``optim.<field>`` and the value."""
     validate_optim_config(cfg, total_steps)
-    fields = {f.name: cfg[f.name] for f in dataclasses.fields(cls) if f.name != "total_steps"}
-    return cls(**fields, total_steps=int(total_steps))
+    fields = {f.name: cfg[f.name] for f in dataclasses.fields(cls)
+              if f.name not in ("total_steps", "name")}
+    name = cfg.get("name", "adamw")
+    update(name)   # refused now, naming optim.name, when it names nothing usable
+    return cls(**fields, total_steps=int(total_steps), name=name)
 
   def learning_rate(self, *, peak_lr=None, warmup_steps=None) -> Schedule:
     """The schedule ``step -> lr`` (:func:`warmup_decay`); ``peak_lr`` and ``warmup_steps``
@@ -139,16 +156,33 @@ class OptimSpec:
         kind=self.schedule, min_lr_ratio=self.min_lr_ratio, decay_steps=self.decay_steps)
 
   def transform(self, schedule: Schedule | None = None) -> optax.GradientTransformationExtraArgs:
-    """``optax.chain(clip_by_global_norm, adamw)`` with ``schedule`` (default
-    :meth:`learning_rate`). The clipping is :func:`clip_by_global_norm`:
-    ``update(..., grad_norm=n)`` hands it a norm already computed."""
+    """``optax.chain(clip_by_global_norm, <update>)`` with ``schedule`` (default
+    :meth:`learning_rate`), the update the one ``optim.name`` names (AdamW by default). The
+    clipping is :func:`clip_by_global_norm`: ``update(..., grad_norm=n)`` hands it a norm already
+    computed."""
     schedule = schedule or self.learning_rate()
     parts = []
     if self.grad_clip > 0:
       parts.append(clip_by_global_norm(self.grad_clip))
-    parts.append(optax.adamw(learning_rate=schedule, b1=self.b1, b2=self.b2, eps=self.eps,
-                             weight_decay=self.weight_decay, mask=decay_mask))
+    parts.append(update(self.name)(self, schedule))
     return optax.chain(*parts)
+
+
+def update(name: str) -> Callable[["OptimSpec", Schedule], optax.GradientTransformation]:
+  """The update factory ``optim.name`` names: a built-in of :data:`BUILTIN` or
+  ``"package.module:factory"``; a ``ValueError`` naming ``optim.name`` when it names nothing.
+
+  Example: a Lion of one's own in ``myopt.py`` (``optim.name = "myopt:lion"``)::
+
+    def lion(spec, learning_rate):
+      return optax.lion(learning_rate, b1=spec.b1, b2=spec.b2, weight_decay=spec.weight_decay,
+                        mask=decay_mask)
+  """
+  made = plugins.resolve(f"optim.name = {name!r}", name, BUILTIN, "update")
+  if not callable(made):
+    raise ValueError(f"optim.name = {name!r}: not a function (OptimSpec, learning_rate) -> "
+                     "optax.GradientTransformation")
+  return made
 
 
 def validate_optim_config(cfg: ml_collections.ConfigDict, total_steps: int) -> None:

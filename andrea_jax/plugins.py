@@ -42,15 +42,15 @@ def resolve(where: str, name, builtins: Mapping[str, Callable], what: str) -> An
   """What ``name`` names: a built-in of ``builtins``, or ``"package.module:attr"`` imported. A
   ``ValueError`` names ``where`` (e.g. ``curriculum.mixer.name = 'x'``) when it names nothing;
   ``what`` says what it should be (``"mixer"``)."""
+  known = f"a built-in {what} ({', '.join(builtins)}) or " if builtins else ""
   if not isinstance(name, str) or not name:
-    raise ValueError(f"{where}: name a built-in {what} ({', '.join(builtins)}) or "
-                     "'package.module:factory'")
+    raise ValueError(f"{where}: name {known}'package.module:factory'")
   if name in builtins:
     return builtins[name]
   module_name, _, attr = name.partition(":")
   if not module_name or not attr:
-    raise ValueError(f"{where}: not a built-in {what} ({', '.join(builtins)}); a {what} of your "
-                     "own is named 'package.module:factory'")
+    raise ValueError(f"{where}: not {known or 'a name of the form '}'package.module:factory' (a "
+                     f"{what} of your own)")
   try:
     module = importlib.import_module(module_name)
   except ImportError as e:

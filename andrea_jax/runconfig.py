@@ -11,6 +11,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import ml_collections
@@ -18,7 +20,9 @@ import ml_collections
 from andrea_jax import checks
 from andrea_jax import cliff as cliff_lib
 from andrea_jax import curriculum
+from andrea_jax import hooks as hooks_lib
 from andrea_jax import optim
+from andrea_jax import plugins
 from andrea_jax import pretrained
 from andrea_jax import sharding
 from andrea_jax import sources as sources_lib
@@ -39,6 +43,7 @@ class TrainSpec:
   progress_bar: bool
   plot: bool               # summary.png at the end
   tensorboard: bool        # TensorBoard event files beside metrics.jsonl
+  hooks: tuple[hooks_lib.Hook, ...] = ()   # train.hooks: periodic work of the user's own
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +55,7 @@ class EvalSpec:
   sample_tokens: int       # 0: no samples
   temperature: float
   top_k: int               # 0: the whole vocabulary
+  metrics: tuple[Callable, ...] = ()   # eval.metrics: factories of the user's own metrics
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +132,36 @@ def validate_train_config(cfg: ml_collections.ConfigDict) -> None:
   _integer("train", cfg, "max_nonfinite_steps")
   for name in ("progress_bar", "plot", "tensorboard", "document_mask"):
     checks.flag(f"train.{name}", cfg[name])
+
+
+def _named(where: str, value, what: str) -> list[tuple[str, Any]]:
+  """``(name, object)`` of each comma-separated ``"package.module:name"`` of ``value``."""
+  names = [n.strip() for n in checks.text(where, value).split(",") if n.strip()]
+  return [(n, plugins.resolve(f"{where} = {n!r}", n, {}, what)) for n in names]
+
+
+def user_hooks(value) -> tuple[hooks_lib.Hook, ...]:
+  """``train.hooks``: each named object a :class:`andrea_jax.hooks.Hook`, or a function of no
+  arguments returning one; errors name ``train.hooks`` and the name."""
+  out = []
+  for name, found in _named("train.hooks", value, "hook"):
+    hook = found if isinstance(found, hooks_lib.Hook) else found() if callable(found) else None
+    if not isinstance(hook, hooks_lib.Hook) or not callable(hook.fn):
+      raise ValueError(f"train.hooks = {name!r}: not a Hook(every, fn) nor a function returning "
+                       f"one (got {type(hook).__name__})")
+    checks.integer(f"train.hooks = {name!r}: its every", hook.every, minimum=0)
+    out.append(hook)
+  return tuple(out)
+
+
+def user_metrics(value) -> tuple[Callable, ...]:
+  """``eval.metrics``: each named object a factory ``(EvalContext) -> metric(params, step)``."""
+  out = []
+  for name, found in _named("eval.metrics", value, "metric"):
+    if not callable(found):
+      raise ValueError(f"eval.metrics = {name!r}: not a function of the evaluation's context")
+    out.append(found)
+  return tuple(out)
 
 
 def validate_eval_config(cfg: ml_collections.ConfigDict) -> None:
@@ -313,10 +349,12 @@ def build(config: ml_collections.ConfigDict) -> Run:
              train=TrainSpec(num_steps=t.num_steps, stop_step=t.stop_step, log_every=t.log_every,
                              checkpoint_every=t.checkpoint_every,
                              keep_checkpoints=t.keep_checkpoints, keep_period=t.keep_period,
-                             progress_bar=t.progress_bar, plot=t.plot, tensorboard=t.tensorboard),
+                             progress_bar=t.progress_bar, plot=t.plot, tensorboard=t.tensorboard,
+                             hooks=user_hooks(t.hooks)),
              eval=EvalSpec(every=e.every, sequences_per_source=e.sequences_per_source,
                            prompts=tuple(e.prompts), sample_tokens=e.sample_tokens,
-                           temperature=float(e.temperature), top_k=e.top_k),
+                           temperature=float(e.temperature), top_k=e.top_k,
+                           metrics=user_metrics(e.metrics)),
              data=DataSpec(tokenizer=d.tokenizer, seq_len=d.seq_len,
                            global_batch_size=d.global_batch_size,
                            micro_batch_size=d.global_batch_size // accum, prefetch=d.prefetch,

@@ -54,9 +54,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict | runconfig.Run, workdi
                        hooks: Sequence[hooks_lib.Hook] = ()) -> dict:
   """Train (or resume) the run ``config`` describes (a ``ConfigDict``, or the ``Run`` it was
   validated into) in ``workdir``; returns a summary dict. ``hooks`` are the caller's periodic
-  work (:class:`andrea_jax.hooks.Hook`: ``Hook(every=100, fn=my_metric)``), run after the loop's
-  own log record and evaluation and before its checkpoint; a hook's returned mapping is a record
-  of its step in ``metrics.jsonl``.
+  work (:class:`andrea_jax.hooks.Hook`: ``Hook(every=100, fn=my_metric)``), run after those the
+  config names (``train.hooks``), the loop's own log record and evaluation, and before its
+  checkpoint; a hook's returned mapping is a record of its step in ``metrics.jsonl``.
 
   Writes under ``workdir``: ``checkpoints/``, ``metrics.jsonl``, ``throughput.jsonl``,
   ``tensorboard/`` (``train.tensorboard``), ``samples.txt`` (when evaluations sample text),
@@ -85,7 +85,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict | runconfig.Run, workdi
       end = resume_lib.end_step(run.train.num_steps, run.train.stop_step, start,
                                 rd.checkpoints.directory)
       rd.begin(start, run.config_json, tensorboard=run.train.tensorboard)
-      summary = train_loop(run, rd, opened, start, end, signals, hooks)
+      summary = train_loop(run, rd, opened, start, end, signals, (*run.train.hooks, *hooks))
       rd.close()   # the logs whole before the plot reads them, the workdir still held
       return _finish(run, workdir, summary, end)
 
@@ -175,10 +175,13 @@ def _builtin_hooks(run: runconfig.Run, rd: rundir_lib.RunDir, opened: Opened, lo
                     if s in run.trainable else 0.0 for s in run.sources]
   log = hooks_lib.StepLog(run, rd.logger, feed.used, epochs_per_row, start,
                           flops_per_token(run.model, run.data.seq_len), bar)
+  held_out = eval_lib.HeldOut(run, opened.data, opened.tokenizer, mesh=opened.mesh)
+  ctx = eval_lib.EvalContext(run, opened.data, opened.tokenizer, held_out)
   evaluation = eval_lib.evaluation(
-      eval_lib.HeldOut(run, opened.data, opened.tokenizer, mesh=opened.mesh).record,
+      held_out.record,
       eval_lib.Samples(run, opened.tokenizer, opened.keys["eval"], rd.samples_path,
-                       vocabulary=data_lib.corpus_vocabulary(run.data.section())).record)
+                       vocabulary=data_lib.corpus_vocabulary(run.data.section())).record,
+      *(factory(ctx) for factory in run.eval.metrics))
 
   def evaluate(info: hooks_lib.StepInfo) -> dict:
     log.flush()   # the records of steps < at come first, as in a run resumed at step `at`

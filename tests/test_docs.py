@@ -329,6 +329,11 @@ def run_block(where: str, commands: list[str], tmp_path: pathlib.Path) -> None:
   for name in ("mymixers.py", "fit.json"):
     if any(name.split(".")[0] in c for c in commands):
       (work / name).write_text(_shown_file(name))
+  page = (REPO / where.split(":")[0]).read_text()
+  for block in _blocks(page, "python"):   # the modules the page shows, beside its commands
+    first = block.split("\n", 1)[0]
+    if re.fullmatch(r"# \w+\.py", first):
+      (work / first[2:]).write_text(block)
   env = _environment(work)
   for words, succeeds in _localised_block(commands, work):
     run_env = _eight_devices(env) if any("andrea120m.py" in w for w in words) else env
