@@ -123,7 +123,7 @@ def train_loop(run: runconfig.Run, rd: rundir_lib.RunDir, opened: Opened, start:
   try:
     evaluator = eval_lib.Evaluator(
         run, opened.data, opened.tokenizer, opened.keys["eval"], rd.samples_path,
-        mesh=opened.mesh, vocabulary=data_lib.corpus_vocabulary(run.data.section()))
+        mesh=opened.mesh, vocabulary=data_lib.corpus_vocabulary(run.data))
     log, flush = _logging(run, rd, feed, bar, start)
     evaluate = lambda at, _=None: _evaluate(rd, evaluator, loop, flush, at)
     checkpoint = lambda at, _=None: _checkpoint(run, rd, opened, loop, flush, at)
@@ -277,9 +277,8 @@ def init_state(run: runconfig.Run, keys: dict[str, jax.Array]) -> step_lib.Train
 
 def setup(run: runconfig.Run) -> Opened:
   """The data, the device mesh, a fresh sharded state and the jitted step."""
-  tokenizer = data_lib.load_tokenizer(run.data.tokenizer)
-  data = data_lib.open_training_data(run.data.section(), tokenizer, sources=run.sources,
-                                     required=run.used_sources)
+  tokenizer = run.data.tokenizer   # loaded once, by runconfig.build
+  data = data_lib.open_training_data(run.data, required=run.used_sources)
   keys = run_keys(run.seed)
   mesh = sharding.make_mesh(run.mesh)
   state, state_shardings = sharding.init_sharded(

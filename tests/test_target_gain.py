@@ -160,9 +160,7 @@ def test_the_step_measures_what_the_gradients_say(data_cache):
   from andrea_jax import data as data_lib
   c = _gain_config()
   run = runconfig.build(c)
-  tokenizer = data_lib.load_tokenizer(c.data.tokenizer)
-  data = data_lib.open_training_data(c.data, tokenizer, sources=run.sources,
-                                     required=run.used_sources)
+  data = data_lib.open_training_data(run.data, required=run.used_sources)
   state = train.init_state(run, train.run_keys(0))
   gain = run.step.target_gain
   make = lambda **kw: data_lib.MixtureSampler(data, seq_len=c.data.seq_len, **kw)

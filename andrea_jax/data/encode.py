@@ -14,10 +14,11 @@ import concurrent.futures
 import functools
 import os
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from andrea_jax.data import readers
+from andrea_jax.data import formats, readers
 from andrea_jax.data import manifest as mf
 from andrea_jax.data.errors import DataError
 from andrea_jax.data.tokenizers import Tokenizer, load_tokenizer
@@ -32,19 +33,27 @@ def _cached_tokenizer(spec: str, fingerprint: str) -> Tokenizer:
 
 
 def tokenize_unit(tokenizer: Tokenizer | tuple[str, str], dtype: str,
-                  unit: readers.WorkUnit) -> tuple[np.ndarray, np.ndarray]:
-  """Reads and tokenizes one work unit: ``(tokens [N] dtype, doc_lengths [D] int64)``, each
-  document as ``[eod] + ids``. Workers get ``(spec, fingerprint)`` and load the tokenizer once.
+                  item: tuple[str, tuple, Any]) -> tuple[np.ndarray, np.ndarray]:
+  """Reads and tokenizes one work unit of a file source, ``item = (format, arguments, unit)``
+  (the reader is rebuilt from its format's name and arguments): ``(tokens [N] dtype,
+  doc_lengths [D] int64)``, each document as ``[eod] + ids``. Workers get ``(spec, fingerprint)``
+  and load the tokenizer once.
 
   Example:
-    >>> unit = readers.work_units("docs.jsonl", SourceSpec(("docs.jsonl",)))[0]
-    >>> tokenize_unit(load_tokenizer("bytes"), "<u2", unit)[1]    # two documents   # doctest: +SKIP
+    >>> source = formats.as_source(SourceSpec(("docs.jsonl",)))
+    >>> unit = source.reader.units("docs.jsonl")[0]
+    >>> tokenize_unit(load_tokenizer("bytes"), "<u2", (*source[:2], unit))[1]   # doctest: +SKIP
     array([12, 30])
   """
   tok = _cached_tokenizer(*tokenizer) if isinstance(tokenizer, tuple) else tokenizer
-  at = f"row group {unit.start}" if unit.format == "parquet" else f"bytes {unit.start}.."
-  return tokenize_docs(tok, dtype, readers.read_unit(unit),
-                       lambda k: f"{unit.path} ({at}, document {k + 1} there)")
+  fmt, arguments, unit = item
+  docs = formats.make_reader(fmt, arguments).read(unit)
+  if isinstance(unit, readers.WorkUnit):
+    at = f"row group {unit.start}" if unit.format == "parquet" else f"bytes {unit.start}.."
+    where = lambda k: f"{unit.path} ({at}, document {k + 1} there)"
+  else:
+    where = lambda k: f"format {fmt!r}, unit {unit!r} (document {k + 1} there)"
+  return tokenize_docs(tok, dtype, docs, where)
 
 
 def tokenize_docs(tok: Tokenizer, dtype: str, docs: list[str], where: Callable[[int], str],
