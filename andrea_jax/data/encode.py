@@ -48,11 +48,8 @@ def tokenize_unit(tokenizer: Tokenizer | tuple[str, str], dtype: str,
   tok = _cached_tokenizer(*tokenizer) if isinstance(tokenizer, tuple) else tokenizer
   fmt, arguments, unit = item
   docs = formats.make_reader(fmt, arguments).read(unit)
-  if isinstance(unit, readers.WorkUnit):
-    at = f"row group {unit.start}" if unit.format == "parquet" else f"bytes {unit.start}.."
-    where = lambda k: f"{unit.path} ({at}, document {k + 1} there)"
-  else:
-    where = lambda k: f"format {fmt!r}, unit {unit!r} (document {k + 1} there)"
+  where = (unit.where if isinstance(unit, readers.WorkUnit)
+           else lambda k: f"format {fmt!r}, unit {unit!r} (document {k + 1} there)")
   return tokenize_docs(tok, dtype, docs, where)
 
 

@@ -30,41 +30,11 @@ from andrea_jax.data.shards import PreparedData
 from andrea_jax.data.tokenizers import Tokenizer
 
 
-def _digest_fields(source: formats.Source) -> dict:
-  """What of a source names a prepared folder: its format and arguments, spelled as the specs
-  before formats had names (the built-ins' folders stay where they were). The cap is not in it: a
-  changed cap prepares that source again in the same folder (its manifest entry records it)."""
-  args = dict(source.arguments)
-  if source.format == "hf":
-    fields = {"dataset": args["dataset"], "split": args["split"], "subset": args["subset"] or None,
-              "data_files": list(_patterns(args["paths"])), "revision": args["revision"] or None,
-              "layout": args["layout"], "text_field": args["text_field"],
-              "messages_field": args["messages_field"], "system_field": args["system_field"],
-              "template": args["template"], "filter_field": args["filter_field"],
-              "filter_value": source.reader.filter_value, "streaming": args["streaming"],
-              "max_tokens": 0, "eval_fraction": source.eval_fraction, "format": "hf"}
-    for name, default in (("loss_on", "all"), ("tools_field", "tools")):
-      if args[name] != default:   # added later: only where set, so that old configs keep theirs
-        fields[name] = args[name]
-    return fields
-  if source.format in ("jsonl", "text", "parquet"):
-    return {"paths": list(_patterns(args["paths"])), "format": source.format,
-            "text_field": args.get("text_field", "text"),
-            "separator": args.get("separator", "<|endoftext|>"),
-            "eval_fraction": source.eval_fraction}
-  return {"format": source.format, "arguments": args, "eval_fraction": source.eval_fraction}
-
-
-def _patterns(paths) -> tuple[str, ...]:
-  from andrea_jax.data.readers import patterns
-  return patterns(paths)
-
-
 def files_prepared_dir(spec: DataSpec, tokenizer: Tokenizer | None = None) -> str:
   """``<cache_dir>/prepared/files-<digest>``: the digest covers the sources' formats and fields,
   ``shard_tokens`` and the tokenizer (``spec.tokenizer`` unless given)."""
   tokenizer = spec.tokenizer if tokenizer is None else tokenizer
-  key = json.dumps({"specs": {k: _digest_fields(v) for k, v in spec.files.items()},
+  key = json.dumps({"specs": {k: formats.folder_key(v) for k, v in spec.files.items()},
                     "shard_tokens": spec.shard_tokens, "tokenizer": tokenizer.fingerprint},
                    sort_keys=True)
   digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]

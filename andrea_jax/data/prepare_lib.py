@@ -295,7 +295,7 @@ def _checked(name: str, spec: formats.Source | readers.SourceSpec | HubSpec
   if isinstance(spec, readers.SourceSpec):
     readers.check_spec(name, spec)
     spec = formats.as_source(spec)
-  if isinstance(spec, formats.Source) and spec.format == "hf":
+  if isinstance(spec, formats.Source) and isinstance(spec.reader, HubSpec):
     spec = spec.reader._replace(eval_fraction=spec.eval_fraction, max_tokens=spec.max_tokens)
   if isinstance(spec, HubSpec):
     _hub().check_hub_spec(name, spec)

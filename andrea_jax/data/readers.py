@@ -69,6 +69,11 @@ class WorkUnit(NamedTuple):
   start: int
   stop: int
 
+  def where(self, k: int) -> str:
+    """Document ``k`` of the unit, for errors: ``"<path> (bytes 0.., document 1 there)"``."""
+    at = f"row group {self.start}" if self.format == "parquet" else f"bytes {self.start}.."
+    return f"{self.path} ({at}, document {k + 1} there)"
+
 
 def patterns(paths: str | Sequence[str]) -> tuple[str, ...]:
   """The glob patterns of a ``paths`` field: a comma-separated string (as the config writes them)
