@@ -148,7 +148,7 @@ def test_a_run_on_assistant_turns_trains_on_the_masked_loss_and_resumes_bit_iden
     assert final[f"eval/loss/{name}"] != final[f"eval/loss_all_tokens/{name}"]
     assert f"eval/bpb_all_tokens/{name}" in final
   assert "eval/loss_all_tokens/books" not in final
-  evaluator = eval_lib.Evaluator(run, data, tok, jax.random.key(0))
+  evaluator = eval_lib.Evaluator(run, data, run.data.tokenizer, jax.random.key(0))
   held = evaluator.batch
   nll = _nll(run.step.model, state.params, held)
   losses, every = evaluator.losses_and_all_tokens(state.params)

@@ -148,16 +148,11 @@ class DataSpec:
   eval_fraction: float
   seq_len: int
   global_batch_size: int
+  micro_batch_size: int               # global_batch_size / optim.grad_accum_steps (runconfig's)
   prefetch: int
   shard_tokens: int
   workers: int
   verify: bool
-  # Rows of one micro-batch: global_batch_size / optim.grad_accum_steps (runconfig.build sets it).
-  micro_batch_size: int = 0
-
-  def __post_init__(self):
-    if not self.micro_batch_size:
-      object.__setattr__(self, "micro_batch_size", self.global_batch_size)
 
 
 def _check_tokenizer(spec) -> None:
@@ -205,7 +200,8 @@ def data_spec(cfg: ml_collections.ConfigDict, sources: Sequence[str] = SOURCES, 
   return DataSpec(tokenizer=tokenizer, sources=sources, corpus=corpus, files=files, caps=caps,
                   builtin_scale=scale, stdlib_packages=packages, cache_dir=cfg.cache_dir,
                   prepared_dir=cfg.prepared_dir, eval_fraction=eval_fraction,
-                  workers=workers, verify=verify, **sizes)
+                  micro_batch_size=sizes["global_batch_size"], workers=workers, verify=verify,
+                  **sizes)
 
 
 def validate_data_config(cfg: ml_collections.ConfigDict, sources: Sequence[str] = SOURCES

@@ -4,7 +4,8 @@
 inside text, or ids outside its vocabulary); :func:`tokenize_unit` reads and encodes one work unit
 of a local file, in a worker process or in this one; :func:`tokenize_masked` encodes conversations
 with their loss masks (:mod:`andrea_jax.data.hub.masks`); :func:`ordered_results` runs the units
-through a process pool, in order.
+through a process pool, in order; :func:`capped` cuts a source's tokens to its cap of whole
+documents.
 """
 
 from __future__ import annotations
@@ -79,6 +80,34 @@ def tokenize_docs(tok: Tokenizer, dtype: str, docs: list[str], where: Callable[[
     raise DataError(f"{where(k)}: tokenizer {tok.name} produced id {tokens_N.max()} outside "
                     f"[0, {tok.vocab_size})")
   return tokens_N.astype(dtype), lengths_D
+
+
+def capped(batches, max_tokens: int):
+  """``batches`` (``(tokens, doc_lengths[, mask])`` in document order) cut to the longest prefix
+  of whole documents whose tokens add up to at most ``max_tokens`` (0: all of them); ``batches``
+  is closed once the cap is reached (a reader stops there).
+
+  Example:
+    >>> parts = [(np.arange(5), np.array([2, 3])), (np.arange(4), np.array([4]))]
+    >>> [p[1].tolist() for p in capped(iter(parts), 8)]
+    [[2, 3], []]
+  """
+  used = 0
+  try:
+    for parts in batches:
+      lengths_D = parts[1]
+      if max_tokens:
+        # Whole documents only: the longest prefix that fits in what is left of the cap.
+        take = int(np.searchsorted(np.cumsum(lengths_D), max_tokens - used, side="right"))
+        if take < lengths_D.size:
+          n = int(lengths_D[:take].sum())
+          yield tuple(p[:take] if i == 1 else p[:n] for i, p in enumerate(parts))
+          return
+        used += int(lengths_D.sum())
+      yield parts
+  finally:
+    if hasattr(batches, "close"):
+      batches.close()
 
 
 def worker_init() -> None:

@@ -146,28 +146,6 @@ class _Todo(NamedTuple):
   template: Any = None          # the source's ChatTemplate (andrea_jax.data.hub.templates)
 
 
-def _capped(batches, max_tokens: int):
-  """``batches`` (``(tokens, doc_lengths[, mask])`` in document order) cut to the longest prefix
-  of whole documents whose tokens add up to at most ``max_tokens`` (0: all of them); ``batches``
-  is closed once the cap is reached."""
-  used = 0
-  try:
-    for parts in batches:
-      lengths_D = parts[1]
-      if max_tokens:
-        # Whole documents only: the longest prefix that fits in what is left of the cap.
-        take = int(np.searchsorted(np.cumsum(lengths_D), max_tokens - used, side="right"))
-        if take < lengths_D.size:
-          n = int(lengths_D[:take].sum())
-          yield tuple(p[:take] if i == 1 else p[:n] for i, p in enumerate(parts))
-          return
-        used += int(lengths_D.sum())
-      yield parts
-  finally:
-    if hasattr(batches, "close"):
-      batches.close()
-
-
 def _file_batches(todo: _Todo, results, progress: bool):
   """The tokenized units of one file source, taken from ``results`` in order, with a bar."""
   with tqdm.tqdm(total=sum(todo.weights), unit="B", unit_scale=True, desc=f"prepare {todo.name}",
@@ -405,7 +383,7 @@ def _prepare_locked(sources: Mapping[str, formats.Source | HubSpec], order: dict
       else:
         batches = _file_batches(t, shared, progress)
       with commit.staging(out_dir) as staged:
-        entry = _write_source(t, _capped(batches, t.spec.max_tokens), tokenizer, staged, dtype,
+        entry = _write_source(t, encode.capped(batches, t.spec.max_tokens), tokenizer, staged, dtype,
                               shard_tokens)
 
         def listing(listed, name=t.name, entry=entry):

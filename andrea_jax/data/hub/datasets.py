@@ -25,9 +25,10 @@ manifest as local files. The dataset is read through the ``datasets`` library (t
 * ``streaming``: read without downloading the whole dataset first (``load_dataset(...,
   streaming=True)``, or ``to_iterable_dataset()`` for a directory). The rows, and so the shards,
   are the same either way; ``streaming`` is recorded but not part of the cache key.
-* ``max_tokens``: the source's token budget: the longest prefix of its documents (in dataset order)
+* ``max_tokens``: the source's cap, as every source has one
+  (:mod:`andrea_jax.data.prepare_lib`): the longest prefix of its documents (in dataset order)
   whose tokens, each document's leading end-of-document id included, add up to at most
-  ``max_tokens``; 0 reads everything.
+  ``max_tokens``; 0 reads everything. The dataset is read no further.
 
 The manifest records the dataset (name, subset, split, the resolved revision of a Hub dataset, the
 ``_fingerprint`` of a saved one), the SHA-256 of every local file read, and the options; a source
