@@ -17,8 +17,12 @@ def _define_flags() -> None:
   global _CONFIG, _WORKDIR
   from absl import flags
   from ml_collections import config_flags
+  from andrea_jax.data import formats
   _CONFIG = config_flags.DEFINE_config_file(
       "config", None, "Run configuration file (experiments/*.py).", lock_config=True)
+  # --config.data.files.<source>.format=<format> switches a source's format: its section made for
+  # it as soon as the file is read, so that the other overrides may give the new format's fields.
+  formats.switch_on_parse(flags.FLAGS["config"])
   _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, logs and plots; "
                                  "re-running with the same workdir resumes the run.")
   flags.mark_flags_as_required(["config", "workdir"])
@@ -59,7 +63,8 @@ def main(argv):
     # recorded from here on is handed to the trainer once its own handlers are in place (never
     # dropped; with several processes passed to the service, so that all stop at the same step).
     try:
-      # --config.curriculum.mixer.name=<mixer> switches the mixer: its section made for it.
+      # --config.curriculum.mixer.name=<mixer> switches the mixer: its section made for it. (A
+      # source's --config.data.files.<source>.format switched while the flags were read.)
       registry.apply_name_override(_CONFIG.value, config_flags.get_override_values(FLAGS["config"]))
       distributed.maybe_initialize(_CONFIG.value)   # validates the distributed section first
       run_spec = runconfig.build(_CONFIG.value)   # the config, read once

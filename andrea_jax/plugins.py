@@ -49,8 +49,8 @@ def resolve(where: str, name, builtins: Mapping[str, Callable], what: str) -> An
     return builtins[name]
   module_name, _, attr = name.partition(":")
   if not module_name or not attr:
-    raise ValueError(f"{where}: not {known or 'a name of the form '}'package.module:factory' (a "
-                     f"{what} of your own)")
+    head = f"not a built-in {what} ({', '.join(builtins)})" if builtins else "not a name"
+    raise ValueError(f"{where}: {head}; a {what} of your own is named 'package.module:factory'")
   try:
     module = importlib.import_module(module_name)
   except ImportError as e:

@@ -28,8 +28,9 @@ from andrea_jax import sharding
 from andrea_jax import sources as sources_lib
 from andrea_jax import step as step_lib
 from andrea_jax import probes as probes_lib
-from andrea_jax.data.config import validate_data_config, without_data
+from andrea_jax.data.config import DataSpec, data_spec, without_data
 from andrea_jax.model import ModelConfig, Transformer
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainSpec:
@@ -59,22 +60,6 @@ class EvalSpec:
 
 
 @dataclasses.dataclass(frozen=True)
-class DataSpec:
-  """The ``data`` section, validated: what the trainer reads of it, and the whole section frozen
-  for the data pipeline's own functions (:meth:`section`)."""
-  tokenizer: str
-  seq_len: int
-  global_batch_size: int
-  micro_batch_size: int    # rows of one micro-batch (global_batch_size / optim.grad_accum_steps)
-  prefetch: int
-  frozen: ml_collections.FrozenConfigDict
-
-  def section(self) -> ml_collections.ConfigDict:
-    """A copy of the ``data`` section as a ``ConfigDict``, for :mod:`andrea_jax.data`."""
-    return ml_collections.ConfigDict(self.frozen)
-
-
-@dataclasses.dataclass(frozen=True)
 class Run:
   """The validated, static description of a run: everything below the command line reads this,
   never the ``ConfigDict`` (kept in :attr:`record` only to be written down).
@@ -82,7 +67,8 @@ class Run:
   One field per section: ``model`` (the frozen :class:`~andrea_jax.model.ModelConfig`), ``step``
   (what the jitted step binds in: :class:`~andrea_jax.step.StepConfig`, with the curriculum and
   the detector, also reachable as :attr:`curriculum` and :attr:`cliff`), ``optim``, ``train``,
-  ``eval``, ``data``, ``mesh``; then the run's sources and its target.
+  ``eval``, ``data`` (the :class:`~andrea_jax.data.DataSpec`: the tokenizer, loaded, and each
+  source's typed spec), ``mesh``; then the run's sources and its target.
   """
   model: ModelConfig
   step: step_lib.StepConfig
@@ -228,7 +214,7 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int | None = Non
   return ModelConfig.from_dict(fields)
 
 
-def _check_sampling(cfg: ml_collections.ConfigDict, tokenizer: str, mcfg: ModelConfig) -> None:
+def _check_sampling(cfg: ml_collections.ConfigDict, tok, mcfg: ModelConfig) -> None:
   """The evaluation's samples fit the model, checked now rather than after training: ``top_k``
   within the vocabulary, each prompt (after the end-of-document id) plus ``sample_tokens`` within
   ``model.max_len``."""
@@ -237,8 +223,6 @@ def _check_sampling(cfg: ml_collections.ConfigDict, tokenizer: str, mcfg: ModelC
                      "0 samples from all of them)")
   if not cfg.sample_tokens or not cfg.prompts:   # no samples drawn
     return
-  from andrea_jax import data as data_lib
-  tok = data_lib.load_tokenizer(tokenizer)
   ids = min(mcfg.vocab_size, tok.vocab_size)   # samples are drawn among the tokenizer's ids
   if cfg.top_k > ids:
     raise ValueError(f"eval.top_k = {cfg.top_k} exceeds the vocabulary ({ids} ids; "
@@ -271,7 +255,8 @@ def _tokenizer_vocab(spec: str) -> int:
   return data_lib.load_tokenizer(spec).vocab_size
 
 
-def _mesh(config: ml_collections.ConfigDict, accum: int) -> tuple[sharding.MeshSpec, int]:
+def _mesh(config: ml_collections.ConfigDict, data: DataSpec, accum: int
+          ) -> tuple[sharding.MeshSpec, int]:
   """The mesh section, and the devices every micro-batch is split over (the batch checked)."""
   held = collections.Counter(d.process_index for d in jax.devices())
   if len(set(held.values())) > 1:
@@ -281,18 +266,18 @@ def _mesh(config: ml_collections.ConfigDict, accum: int) -> tuple[sharding.MeshS
                      f"({', '.join(f'process {p}: {n}' for p, n in sorted(held.items()))}): every "
                      "process must hold as many as the others (distributed.local_device_ids)")
   mesh = sharding.MeshSpec.from_config(config.mesh)
-  data, fsdp = sharding.mesh_shape(mesh, jax.device_count())
-  batch, devices = config.data.global_batch_size, data * fsdp
+  replicas, fsdp = sharding.mesh_shape(mesh, jax.device_count())
+  batch, devices = data.global_batch_size, replicas * fsdp
   if batch % (accum * devices):
     # Every micro-batch is split over every device: B = accum x devices x (rows per device).
     raise ValueError(
         f"data.global_batch_size = {batch} is not a multiple of optim.grad_accum_steps x devices = "
-        f"{accum} x {devices} (mesh.data x mesh.fsdp = {data} x {fsdp}): each of the {accum} "
+        f"{accum} x {devices} (mesh.data x mesh.fsdp = {replicas} x {fsdp}): each of the {accum} "
         f"micro-batches must give every device whole rows")
   return mesh, devices
 
 
-def _curriculum(config: ml_collections.ConfigDict, sources: tuple[str, ...]
+def _curriculum(config: ml_collections.ConfigDict, data: DataSpec, sources: tuple[str, ...]
                 ) -> tuple[curriculum.CurriculumSpec, tuple[str, ...], tuple[str, ...]]:
   """The curriculum's spec, the sources it trains on and the sources the run evaluates (those
   and ``eval.untrained``), each with data."""
@@ -300,7 +285,7 @@ def _curriculum(config: ml_collections.ConfigDict, sources: tuple[str, ...]
   spec = curriculum.spec_from_config(config.curriculum, sources=sources, untrained=untrained)
   trainable = curriculum.used_sources(spec)
   evaluated = tuple(s for s in sources if s in trainable or s in untrained)
-  empty = without_data(config.data, sources, evaluated)
+  empty = without_data(data, evaluated)
   if empty:   # before anything is read, every source at once
     raise ValueError(
         f"no data for the sources {empty}: set data.files.<source>.paths (files) or .format='hf' "
@@ -322,16 +307,16 @@ def build(config: ml_collections.ConfigDict) -> Run:
   sources = sources_lib.check_sources(config.sources)
   validate_train_config(config.train)
   validate_eval_config(config.eval)
-  validate_data_config(config.data, sources)
+  data = data_spec(config.data, sources)   # the tokenizer loaded once, here
   num_steps = config.train.num_steps
   optim_spec = optim.OptimSpec.from_config(config.optim, num_steps)
-  mcfg = model_config(config)
-  if config.data.seq_len > mcfg.max_len:
-    raise ValueError(f"data.seq_len = {config.data.seq_len} exceeds model.max_len = {mcfg.max_len}")
-  _check_sampling(config.eval, config.data.tokenizer, mcfg)
+  mcfg = model_config(config, data.tokenizer.vocab_size)
+  if data.seq_len > mcfg.max_len:
+    raise ValueError(f"data.seq_len = {data.seq_len} exceeds model.max_len = {mcfg.max_len}")
+  _check_sampling(config.eval, data.tokenizer, mcfg)
   accum = optim_spec.grad_accum_steps
-  mesh, devices = _mesh(config, accum)
-  spec, trainable, evaluated = _curriculum(config, sources)
+  mesh, devices = _mesh(config, data, accum)
+  spec, trainable, evaluated = _curriculum(config, data, sources)
   target = eval_target(config.eval, sources, evaluated)
   run_probes = probes_lib.build(config.probes, probes_lib.ProbeEnv(
       name="", sources=sources, trainable=tuple(s in trainable for s in sources),
@@ -344,7 +329,7 @@ def build(config: ml_collections.ConfigDict) -> Run:
       num_sources=len(sources), grad_accum_steps=accum,
       max_nonfinite_steps=config.train.max_nonfinite_steps,
       document_mask=config.train.document_mask, probes=run_probes)
-  t, e, d = config.train, config.eval, config.data
+  t, e = config.train, config.eval
   return Run(model=mcfg, step=step_cfg, optim=optim_spec,
              train=TrainSpec(num_steps=t.num_steps, stop_step=t.stop_step, log_every=t.log_every,
                              checkpoint_every=t.checkpoint_every,
@@ -355,10 +340,7 @@ def build(config: ml_collections.ConfigDict) -> Run:
                            prompts=tuple(e.prompts), sample_tokens=e.sample_tokens,
                            temperature=float(e.temperature), top_k=e.top_k,
                            metrics=user_metrics(e.metrics)),
-             data=DataSpec(tokenizer=d.tokenizer, seq_len=d.seq_len,
-                           global_batch_size=d.global_batch_size,
-                           micro_batch_size=d.global_batch_size // accum, prefetch=d.prefetch,
-                           frozen=ml_collections.FrozenConfigDict(d)),
+             data=dataclasses.replace(data, micro_batch_size=data.global_batch_size // accum),
              mesh=mesh, sources=sources, trainable=trainable, evaluated=evaluated, target=target,
              seed=seed, init=pretrained.init_spec(config.get("init")),
              record=config.to_dict())

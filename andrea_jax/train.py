@@ -22,6 +22,7 @@ SIGTERM and SIGINT at any moment stop the run at the next step boundary with a c
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -77,7 +78,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict | runconfig.Run, workdi
     run = config if isinstance(config, runconfig.Run) else runconfig.build(config)
     with rundir_lib.open_run_dir(workdir, run.sources, keep=run.train.keep_checkpoints,
                                  keep_period=run.train.keep_period) as rd:
-      run, source = resume_lib.init_source(run, rd.checkpoints.directory)   # init.* weights
+      run, source = resume_lib.init_source(run, os.path.join(rd.path, "checkpoints"))   # init.*
       opened = setup(run)
       start, opened.state = resume_lib.resume(rd.checkpoints, opened.state, run.record,
                                               opened.data_digest)
@@ -180,7 +181,7 @@ def _builtin_hooks(run: runconfig.Run, rd: rundir_lib.RunDir, opened: Opened, lo
   evaluation = eval_lib.evaluation(
       held_out.record,
       eval_lib.Samples(run, opened.tokenizer, opened.keys["eval"], rd.samples_path,
-                       vocabulary=data_lib.corpus_vocabulary(run.data.section())).record,
+                       vocabulary=data_lib.corpus_vocabulary(run.data)).record,
       *(factory(ctx) for factory in run.eval.metrics))
 
   def evaluate(info: hooks_lib.StepInfo) -> dict:
@@ -250,9 +251,8 @@ def init_state(run: runconfig.Run, keys: dict[str, jax.Array]) -> step_lib.Train
 
 def setup(run: runconfig.Run) -> Opened:
   """The data, the device mesh, a fresh sharded state and the jitted step."""
-  tokenizer = data_lib.load_tokenizer(run.data.tokenizer)
-  data = data_lib.open_training_data(run.data.section(), tokenizer, sources=run.sources,
-                                     required=run.evaluated)
+  tokenizer = run.data.tokenizer   # loaded once, by runconfig.build
+  data = data_lib.open_training_data(run.data, required=run.evaluated)
   keys = run_keys(run.seed)
   mesh = sharding.make_mesh(run.mesh)
   state, state_shardings = sharding.init_sharded(

@@ -26,7 +26,6 @@ from andrea_jax import data as data_lib
 from andrea_jax import pretrained
 from andrea_jax.checkpoint import load_checkpoint
 from andrea_jax.model import ModelConfig, PyTree
-from andrea_jax.sources import source_key
 
 CONVERSATION_LAYOUTS = ("messages", "tree")
 
@@ -70,22 +69,23 @@ class TrainedModel:
     return load_chat_template(self.template_spec)
 
 
-def run_chat_template(data_section, used_sources: tuple[str, ...]) -> str | None:
+def run_chat_template(data, used_sources: tuple[str, ...]) -> str | None:
   """The chat template spec of a run's conversation sources (``data.files.<source>.template`` of
   each used source read as conversations: ``format = "hf"`` with layout ``messages`` or
-  ``tree``), the first one's when they differ; ``None`` when the run read none.
+  ``tree``), the first one's when they differ; ``None`` when the run read none. ``data`` is the
+  run's :class:`andrea_jax.data.DataSpec`.
 
   Example:
-    >>> run_chat_template(run.data.section(), run.evaluated)
+    >>> run_chat_template(run.data, run.evaluated)
     'chatml'
   """
-  if data_section.get("corpus") != "files":
+  if data.corpus != "files":
     return None
-  files = data_section.get("files") or {}
   for name in used_sources:
-    f = files.get(source_key(name))
-    if f is not None and f.get("format") == "hf" and f.get("layout") in CONVERSATION_LAYOUTS:
-      return f.get("template") or "chatml"
+    source = data.files.get(name)
+    reader = source.reader if source is not None else None
+    if getattr(reader, "layout", None) in CONVERSATION_LAYOUTS:   # a dataset of conversations
+      return getattr(reader, "template", None) or "chatml"
   return None
 
 
@@ -100,7 +100,7 @@ def from_workdir(workdir: str, step: int | None = None) -> TrainedModel:
   config = dataclasses.replace(run.model, dtype="float32")
   return TrainedModel(params=saved.params, config=config, tokenizer=tokenizer,
                       origin=os.path.abspath(workdir), step=saved.step,
-                      template_spec=run_chat_template(run.data.section(), run.evaluated),
+                      template_spec=run_chat_template(run.data, run.evaluated),
                       run_config=saved.config.to_dict())
 
 

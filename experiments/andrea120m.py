@@ -48,9 +48,9 @@ import ml_collections
 
 from andrea_jax import config as config_lib
 from andrea_jax.curriculum import andrea_geometries, geometry
+from andrea_jax.data import set_source
 from andrea_jax.data.hub.andrea_sources import HUB_SOURCES
 from andrea_jax.model import andrea_120m
-from andrea_jax.sources import source_key
 
 NUM_STEPS = 200_000                         # the seed: a 200K-step run
 VARIANTS = ("v1", "v2", "v3")
@@ -121,8 +121,8 @@ def set_hub_sources(c: ml_collections.ConfigDict) -> None:
   ``format = "hf"``, streamed); the other sources keep no data, for the user to set."""
   c.data.corpus = "files"
   for source, verified in HUB_SOURCES.items():
-    spec, f = verified.spec, c.data.files[source_key(source)]
-    f.format, f.dataset, f.split = "hf", spec.dataset, spec.split
-    f.subset, f.layout, f.text_field = spec.subset or "", spec.layout, spec.text_field
-    f.messages_field = spec.messages_field
-    f.streaming = True       # read as it is tokenized: no need to hold a whole dataset on disk
+    spec = verified.spec
+    # Streamed: read as it is tokenized, no need to hold a whole dataset on disk.
+    set_source(c, source, "hf", dataset=spec.dataset, split=spec.split,
+               subset=spec.subset or "", layout=spec.layout, text_field=spec.text_field,
+               messages_field=spec.messages_field, streaming=True)

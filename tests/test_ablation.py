@@ -54,9 +54,9 @@ def test_each_vmapped_variant_equals_the_variant_trained_alone(result):
   base = _config()
   weights = np.array([1 / 7 if s in WARMUP_SOURCES else 0.0 for s in SOURCES])
   np.testing.assert_allclose(result.mixture, np.broadcast_to(weights, (STEPS, 16)), atol=1e-6)
-  tokenizer = data_lib.load_tokenizer(base.data.tokenizer)
-  data = data_lib.open_training_data(base.data, tokenizer, required=WARMUP_SOURCES,
-                                     progress=False)
+  spec = data_lib.data_spec(base.data, base.sources)
+  tokenizer = spec.tokenizer
+  data = data_lib.open_training_data(spec, required=WARMUP_SOURCES, progress=False)
   sampler = data_lib.MixtureSampler(data, seq_len=base.data.seq_len,
                                     global_batch_size=base.data.global_batch_size, seed=base.seed)
   batches = [sampler.batch(t, weights) for t in range(STEPS)]

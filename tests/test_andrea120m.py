@@ -6,6 +6,7 @@ import jax
 import pytest
 
 from andrea_jax import runconfig
+from andrea_jax.data import set_source
 from andrea_jax.model import init_params
 
 
@@ -89,6 +90,6 @@ def test_the_real_run_reads_the_verified_datasets_and_names_the_sources_left_to_
     runconfig.build(c)
   (tmp_path / "text.txt").write_text("some text\n")
   for source in unset:
-    c.data.files[source.replace("-", "_")].update(paths=str(tmp_path / "text.txt"), format="text")
+    set_source(c, source, "text", paths=str(tmp_path / "text.txt"))
   assert runconfig.build(c).sources[:3] == ("hermes3-general", "hermes3-creative",
                                             "hermes3-roleplay")

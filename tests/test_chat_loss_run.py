@@ -119,9 +119,7 @@ def test_a_run_on_assistant_turns_trains_on_the_masked_loss_and_resumes_bit_iden
   # Step 0's batch, rebuilt: the fresh state's weights, the run's sampler.
   c = config()
   run = runconfig.build(c)
-  tok = data_lib.load_tokenizer(c.data.tokenizer)
-  data = data_lib.open_training_data(c.data, tok, sources=run.sources, required=run.evaluated,
-                                     progress=False)
+  data = data_lib.open_training_data(run.data, required=run.evaluated, progress=False)
   assert data.masked_sources == ("chat", "qa")
   state = jax.jit(lambda: train.init_state(run, train.run_keys(c.seed)))()
   w = np.asarray(curriculum.weights_at(jax.tree.map(np.asarray, curriculum.schedule(
@@ -150,7 +148,7 @@ def test_a_run_on_assistant_turns_trains_on_the_masked_loss_and_resumes_bit_iden
     assert final[f"eval/loss/{name}"] != final[f"eval/loss_all_tokens/{name}"]
     assert f"eval/bpb_all_tokens/{name}" in final
   assert "eval/loss_all_tokens/books" not in final
-  evaluator = eval_lib.HeldOut(run, data, tok)
+  evaluator = eval_lib.HeldOut(run, data, run.data.tokenizer)
   held = evaluator.batch
   nll = _nll(run.step.model, state.params, held)
   losses, every = evaluator.losses_and_all_tokens(state.params)

@@ -6,9 +6,11 @@ import os
 import numpy as np
 import pytest
 
-from andrea_jax.data import (DataError, MixtureSampler, data_config, default_cache_dir,
+from andrea_jax.data import (DataError, MixtureSampler, data_config, data_spec, default_cache_dir,
                              load_tokenizer, open_training_data, validate_data_config)
-from andrea_jax.data.config import files_prepared_dir, source_specs
+from andrea_jax.data.config import source_specs
+from andrea_jax.data.pipeline import files_prepared_dir
+from andrea_jax.data.readers import patterns
 from andrea_jax.sources import SOURCES
 
 BYTES = load_tokenizer("bytes")
@@ -38,11 +40,11 @@ def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
 @pytest.mark.parametrize("field, value, match", [
     ("corpus", "web", r"data\.corpus must be one of"),
     ("tokenizer", "/no/such/tokenizer.json", r"data\.tokenizer: no file"),
-    ("builtin_scale", 0.0, r"data\.builtin_scale must lie in"),
-    ("eval_fraction", 0.7, r"data\.eval_fraction must lie in \[0, 0.5\], got 0.7"),
-    ("seq_len", 0, r"data\.seq_len must be an integer >= 1, got 0"),
-    ("global_batch_size", -4, r"data\.global_batch_size must be an integer >= 1, got -4"),
-    ("workers", -1, r"data\.workers must be an integer >= 0"),
+    ("builtin_scale", 0.0, r"data\.builtin_scale must be in \(0, 1000\], got 0"),
+    ("eval_fraction", 0.7, r"data\.eval_fraction must be in \[0, 0.5\], got 0.7"),
+    ("seq_len", 0, r"data\.seq_len must be >= 1, got 0"),
+    ("global_batch_size", -4, r"data\.global_batch_size must be >= 1, got -4"),
+    ("workers", -1, r"data\.workers must be >= 0"),
     ("prepared_dir", "/no/such/dir", r"data\.prepared_dir: no directory"),
 ])
 def test_validation_names_the_field(field, value, match):
@@ -59,12 +61,14 @@ def test_validation_of_files():
     validate_data_config(cfg)
   cfg.files.chat.paths = "a/*.jsonl, b/*.jsonl"
   cfg.files.chat.format = "csv"
-  with pytest.raises(ValueError, match=r"data\.files\.chat: source 'chat': format must be one of"):
+  with pytest.raises(ValueError, match=r"data\.files\.chat\.format = 'csv' is not a built-in "
+                                       r"format \(jsonl, text, parquet, hf\)"):
     validate_data_config(cfg)
   cfg.files.chat.format = "jsonl"
   validate_data_config(cfg)
   spec = source_specs(cfg)["chat"]
-  assert spec.paths == ("a/*.jsonl", "b/*.jsonl") and spec.eval_fraction == cfg.eval_fraction
+  assert patterns(spec.reader.paths) == ("a/*.jsonl", "b/*.jsonl")
+  assert spec.eval_fraction == cfg.eval_fraction
   cfg.files.chat.eval_fraction = 0.25
   assert source_specs(cfg)["chat"].eval_fraction == 0.25
 
@@ -85,14 +89,14 @@ def test_open_builtin(tmp_path):
   cfg = data_config()
   cfg.cache_dir = str(tmp_path)
   cfg.builtin_scale = 0.01
-  data = open_training_data(cfg, BYTES, progress=False)
+  data = open_training_data(data_spec(cfg), progress=False)
   assert all(data.has(s) for s in SOURCES)
   sampler = MixtureSampler(data, seq_len=64, global_batch_size=16, seed=0)
   batch = sampler.batch(0, np.full(16, 1 / 16))
   assert batch["inputs"].shape == (16, 64) and batch["inputs"].max() < 257
   # The same directory is then usable as prepared_dir.
   cfg.prepared_dir = data.path
-  assert open_training_data(cfg, BYTES, progress=False).path == data.path
+  assert open_training_data(data_spec(cfg), BYTES, progress=False).path == data.path
 
 
 def test_open_files_prepares_once_then_reuses(tmp_path):
@@ -105,14 +109,15 @@ def test_open_files_prepares_once_then_reuses(tmp_path):
   cfg.files.chat.paths = str(src)
   cfg.eval_fraction = 0.1
   cfg.workers = 1
+  spec = data_spec(cfg)
   with pytest.raises(DataError, match="required source 'hermes3-general' is missing"):
-    open_training_data(cfg, BYTES, progress=False)
-  data = open_training_data(cfg, BYTES, required=["chat"], progress=False)
-  assert data.path == files_prepared_dir(cfg, BYTES)
+    open_training_data(spec, progress=False)
+  data = open_training_data(spec, required=["chat"], progress=False)
+  assert data.path == files_prepared_dir(spec)
   assert data.path.startswith(str(tmp_path / "cache"))
   manifest = os.path.join(data.path, "manifest.json")
   shard = os.path.join(data.path, data.manifest["sources"]["chat"]["shards"]["train"][0]["file"])
   before = os.stat(shard).st_mtime_ns
-  again = open_training_data(cfg, BYTES, required=["chat"], progress=False)
+  again = open_training_data(data_spec(cfg), required=["chat"], progress=False)
   assert os.stat(shard).st_mtime_ns == before and os.path.isfile(manifest)
   assert again.num_tokens("chat") == data.num_tokens("chat") > 0

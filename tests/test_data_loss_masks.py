@@ -116,16 +116,15 @@ def test_a_mask_is_refused_where_there_are_no_turns_with_the_field_named():
   cfg = config_lib.data_config(("chat",), corpus="files")
   cfg.files.chat.paths = "/data/chat/*.jsonl"
   cfg.files.chat.loss_on = "assistant"
-  with pytest.raises(ValueError, match=r"data\.files\.chat\.loss_on = 'assistant' needs "
-                                       r"conversations \(format 'hf' with layout 'messages' or "
-                                       r"'tree'\), got format 'jsonl'"):
+  with pytest.raises(ValueError, match=r"data\.files\.chat has fields \['loss_on'\] that format "
+                                       r"'jsonl' does not take .* or set format 'hf', which takes them"):
     config_lib.validate_data_config(cfg, ("chat",))
   cfg.files.chat.update(format="hf", dataset="json", layout="text")
-  with pytest.raises(ValueError, match=r"data\.files\.chat: source 'chat': loss_on needs "
-                                       r"conversations .* got 'assistant'"):
+  with pytest.raises(ValueError, match=r"data\.files\.chat\.loss_on needs conversations .* "
+                                       r"got 'assistant'"):
     config_lib.validate_data_config(cfg, ("chat",))
   cfg.files.chat.update(layout="messages", loss_on="assistants")
-  with pytest.raises(ValueError, match=r"data\.files\.chat: source 'chat': loss_on must be one of "
+  with pytest.raises(ValueError, match=r"data\.files\.chat\.loss_on must be one of "
                                        r"\('all', 'assistant', 'generation'\), got 'assistants'"):
     config_lib.validate_data_config(cfg, ("chat",))
 

@@ -355,10 +355,11 @@ def test_command_line(inputs, tmp_path):
       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   assert proc.returncode == 0, proc.stderr
   from andrea_jax.config import load_config_file
-  from andrea_jax.data.config import files_prepared_dir
+  from andrea_jax.data.config import data_spec
+  from andrea_jax.data.pipeline import files_prepared_dir
   c = load_config_file(str(config))
   c.data.cache_dir = str(cache)
-  where = files_prepared_dir(c.data, BYTES, SOURCES)
+  where = files_prepared_dir(data_spec(c.data, SOURCES))
   assert where.startswith(str(cache)) and proc.stdout.startswith(f"{where}: ")
   assert list(json.loads(open(os.path.join(where, "manifest.json")).read())["sources"]) == ["chat"]
 

@@ -9,7 +9,7 @@ the figure and the TensorBoard files (``tests/test_demo.py`` checks those): the 
 batch and data. The blocks of docs/ run in ``tests/test_docs_manual.py`` and
 ``tests/test_docs_pages.py`` (the test workers balance by file). Where a command reads data the test
 makes it: the local files the page names, the files the page's other blocks show (``mymixers.py``,
-``fit.json``), and local stand-ins for Hugging Face datasets with the fields of the real ones, read
+``myformats.py``, ``fit.json``), and local stand-ins for Hugging Face datasets with the fields of the real ones, read
 offline in place of the names. The GPU-sized ANDREA-120M commands run on 8 simulated CPU devices
 with the model and batch shrunk. Commands run elsewhere or not at all are listed in
 :data:`ELSEWHERE` and :data:`NOT_RUN` with the reason. The README's python blocks run in
@@ -326,7 +326,7 @@ def run_block(where: str, commands: list[str], tmp_path: pathlib.Path) -> None:
     pytest.skip(f"{where}: every command runs elsewhere or is not run ({commands})")
   work = _workspace(tmp_path)
   _files(work)
-  for name in ("mymixers.py", "fit.json"):
+  for name in ("mymixers.py", "myformats.py", "fit.json"):
     if any(name.split(".")[0] in c for c in commands):
       (work / name).write_text(_shown_file(name))
   page = (REPO / where.split(":")[0]).read_text()

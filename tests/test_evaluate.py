@@ -33,8 +33,8 @@ def _config():
 
 def _setup(c):
   run = runconfig.build(c)
-  tokenizer = data_lib.load_tokenizer(c.data.tokenizer)
-  data = data_lib.open_training_data(c.data, tokenizer, required=run.evaluated, progress=False)
+  tokenizer = run.data.tokenizer
+  data = data_lib.open_training_data(run.data, required=run.evaluated, progress=False)
   params = jax.jit(lambda: train.init_state(run, train.run_keys(c.seed)))().params
   return run, tokenizer, data, params
 

@@ -199,6 +199,22 @@ def test_every_temporary_file_write_goes_through_storage():
   assert not found, found
 
 
+def test_a_data_format_is_one_entry_in_the_registry():
+  """Adding a data format touches one module: the built-in formats are listed in
+  ``data/formats.py`` and read in their own modules (``data/readers.py``, the Hugging Face
+  plug-in); nothing else branches on a format's name, and the pipeline takes the checked spec
+  without checking the section again."""
+  own = {PACKAGE / "data" / "formats.py", PACKAGE / "data" / "readers.py"}
+  found = [str(p.relative_to(REPO)) for p in PACKAGE.rglob("*.py")
+           if p not in own and "hub" not in p.parts
+           and re.search(r"\.format\s*(?:==|!=|\bin\b)", p.read_text())]
+  assert not found, found
+  calls = {node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+           for node in ast.walk(ast.parse((PACKAGE / "data" / "pipeline.py").read_text()))
+           if isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name))}
+  assert not calls & {"data_spec", "validate_data_config", "build", "check"}, calls
+
+
 @pytest.mark.slow
 def test_the_trainer_imports_no_hub_code_nor_any_corpus():
   """``import andrea_jax.train`` (and the command line) loads the data pipeline only: the Hugging

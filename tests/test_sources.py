@@ -6,6 +6,7 @@ import pytest
 
 from andrea_jax import curriculum, runconfig, sources
 from andrea_jax.config import base_config, load_config_file, with_sources
+from andrea_jax.data import set_source
 from andrea_jax.simplex import sampling
 from tests.util import REPO
 
@@ -64,8 +65,7 @@ def test_more_sources_than_the_random_phases_sample_is_refused():
   c = with_sources(base_config(), names)
   c.data.corpus = "files"
   for n in names:
-    c.data.files[n].paths = str(REPO / "README.md")
-    c.data.files[n].format = "text"
+    set_source(c, n, "text", paths=str(REPO / "README.md"))
   with pytest.raises(ValueError, match=f"{limit + 1} sources, more than the {limit}"):
     runconfig.build(c)
   c = with_sources(c, names[:limit])      # at the limit: a valid run
@@ -75,8 +75,7 @@ def test_more_sources_than_the_random_phases_sample_is_refused():
 def test_a_geometry_or_mixture_naming_an_undeclared_source_is_refused():
   c = load_config_file(f"{REPO / 'experiments' / 'own_data.py'}:code,docs,reference")
   for n in ("code", "docs", "reference"):
-    c.data.files[n].paths = str(REPO / "README.md")
-    c.data.files[n].format = "text"
+    set_source(c, n, "text", paths=str(REPO / "README.md"))
   runconfig.build(c)
   c.curriculum.geometries.all.exclude = "chat"
   with pytest.raises(ValueError, match="unknown source 'chat' in curriculum.geometries.all.exclude"):

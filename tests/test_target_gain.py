@@ -216,9 +216,7 @@ def test_the_step_measures_what_the_gradients_say(data_cache):
   from andrea_jax import data as data_lib
   c = _gain_config()
   run = runconfig.build(c)
-  tokenizer = data_lib.load_tokenizer(c.data.tokenizer)
-  data = data_lib.open_training_data(c.data, tokenizer, sources=run.sources,
-                                     required=run.evaluated)
+  data = data_lib.open_training_data(run.data, required=run.evaluated)
   state = train.init_state(run, train.run_keys(0))
   (gain,) = run.step.probes
   make = lambda salt, split="train", **kw: data_lib.MixtureSampler(

@@ -59,7 +59,10 @@ def tensorboard_scalars(logdir: pathlib.Path) -> list[tuple[str, int, float]]:
 
 def set_fields(config, overrides: dict) -> None:
   """``config.a.b = v`` for each ``"a.b": v`` of ``overrides`` (as the command line's
-  ``--config.a.b=v`` does)."""
+  ``--config.a.b=v`` does: a source's ``data.files.<source>.format`` switches its section first,
+  :func:`andrea_jax.data.formats.switch_formats`)."""
+  from andrea_jax.data import formats
+  formats.switch_formats(config, overrides)
   for key, value in overrides.items():
     *parents, leaf = key.split(".")
     node = config

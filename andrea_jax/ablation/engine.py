@@ -152,9 +152,8 @@ class _Data:
 
   def __init__(self, run: runconfig.Run, weights_NxS):
     used = tuple(s for s, u in zip(run.sources, (weights_NxS > 0).any(0)) if u)
-    self.tokenizer = data_lib.load_tokenizer(run.data.tokenizer)
-    self.data = data_lib.open_training_data(run.data.section(), self.tokenizer,
-                                            sources=run.sources, required=used, progress=False)
+    self.tokenizer = run.data.tokenizer
+    self.data = data_lib.open_training_data(run.data, required=used, progress=False)
     self.sampler = data_lib.MixtureSampler(self.data, seq_len=run.data.seq_len,
                                            global_batch_size=run.data.global_batch_size,
                                            seed=run.seed)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from andrea_jax import storage
 
@@ -24,6 +24,16 @@ def default_cache_dir() -> str:
     return os.environ[CACHE_ENV]
   base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
   return os.path.join(base, "andrea_jax")
+
+
+def prepared_folder(root: str, tokenizer, caps: Mapping[str, int] | None = None) -> str:
+  """Where a built-in corpus under ``root`` is prepared for ``tokenizer``:
+  ``<root>/prepared-<fingerprint[:16]>``, or ``...-capped`` when ``caps`` gives some source a cap
+  (``max_tokens`` > 0). The capped folder holds every source (the uncapped ones as in the other);
+  each source's manifest entry records its cap, so a changed cap prepares that source again and
+  leaves the uncapped folder as it is."""
+  name = f"prepared-{tokenizer.fingerprint[:16]}"
+  return os.path.join(root, name + ("-capped" if any((caps or {}).values()) else ""))
 
 
 def is_complete(path: str) -> bool:

@@ -1,49 +1,46 @@
-"""The ``data`` section of a run config, its validation, and the trainer's one call to get data.
+"""The ``data`` section of a run config, checked once into a typed :class:`DataSpec`.
 
 A run's sources (``config.sources``) get their data one of three ways, chosen in this order by
-:func:`open_training_data`:
+:func:`andrea_jax.data.pipeline.open_training_data`:
 
 1. ``prepared_dir`` set: open that directory (prepared by ``python -m andrea_jax.data.prepare``);
 2. ``corpus`` names a built-in corpus (:data:`BUILTIN_CORPORA`): ``"stdlib"``, real text cut from
    the Python standard library, or ``"synthetic"``, sixteen invented languages under ANDREA's
    source names; generated and prepared once in ``cache_dir``; the run's sources must be sources
-   of that corpus (any subset, in any order);
-3. ``corpus = "files"``: each source's ``files.<source>``: local files (JSON Lines, text or
-   Parquet) or a Hugging Face dataset (``format = "hf"``: a Hub name, a ``save_to_disk``
-   directory, or local files read by ``datasets``), prepared in ``cache_dir`` (finished sources
-   are not redone), then opened.
+   of that corpus (any subset, in any order), and ``files.<source>.max_tokens`` may cap them;
+3. ``corpus = "files"``: each source's ``files.<source>``, a section of its format
+   (:mod:`andrea_jax.data.formats`: JSON Lines, text, Parquet, a Hugging Face dataset, or a
+   format of your own), prepared in ``cache_dir`` (finished sources are not redone), then opened.
 
 Example overrides on the command line: ``--config.data.files.chat.paths=/data/chat/*.jsonl``,
 ``--config.data.files.smoltalk.format=hf --config.data.files.smoltalk.dataset=HuggingFaceTB/smoltalk``.
+In Python: ``set_source(config, "docs", "text", paths="corpus/docs/*.txt")``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Callable, NamedTuple
 
 import ml_collections
-from ml_collections import config_dict
 
+from andrea_jax import checks
+from andrea_jax.data import formats
 from andrea_jax.data import readers
 from andrea_jax.data.cache import CACHE_ENV, default_cache_dir  # noqa: F401 (re-exported)
-from andrea_jax.data import sampler as sampler_lib
-from andrea_jax.data.errors import DataError
-from andrea_jax.data.hub.spec import HubSpec
-from andrea_jax.data.prepare_lib import DEFAULT_SHARD_TOKENS, PrepareResult, prepare
-from andrea_jax.data.shards import PreparedData
-from andrea_jax.data.tokenizers import HUB_PREFIX, Tokenizer
+from andrea_jax.data.prepare_lib import DEFAULT_SHARD_TOKENS
+from andrea_jax.data.tokenizers import HUB_PREFIX, Tokenizer, load_tokenizer
 from andrea_jax.sources import SOURCES, check_sources, source_key
 
+
 class BuiltinCorpus(NamedTuple):
-  """A corpus generated on this machine: its sources and how to build it from the ``data``
-  section (``raw``: the JSONL specs; ``prepared``: the prepared directory)."""
+  """A corpus generated on this machine: its sources and how to build it from the checked
+  ``data`` section (``raw``: the JSONL specs; ``prepared``: the prepared directory)."""
   sources: tuple[str, ...]
-  raw: Callable[[ml_collections.ConfigDict], dict[str, readers.SourceSpec]]
-  prepared: Callable[[ml_collections.ConfigDict, Tokenizer, int, bool], str]
+  raw: Callable[["DataSpec"], dict[str, readers.SourceSpec]]
+  prepared: Callable[["DataSpec", Tokenizer, int, bool], str]
 
 
 def _stdlib() -> BuiltinCorpus:
@@ -51,17 +48,20 @@ def _stdlib() -> BuiltinCorpus:
   from andrea_jax.data.corpora import stdlib as sc
   return BuiltinCorpus(
       sc.STDLIB_SOURCES,
-      raw=lambda c: sc.stdlib_specs(sc.ensure_stdlib_raw(c.cache_dir, packages=c.stdlib_packages)),
-      prepared=lambda c, tok, workers, progress: sc.ensure_stdlib(
-          c.cache_dir, tok, packages=c.stdlib_packages, workers=workers, progress=progress))
+      raw=lambda d: sc.stdlib_specs(sc.ensure_stdlib_raw(d.cache_dir, packages=d.stdlib_packages),
+                                    caps=d.caps),
+      prepared=lambda d, tok, workers, progress: sc.ensure_stdlib(
+          d.cache_dir, tok, packages=d.stdlib_packages, workers=workers, progress=progress,
+          caps=d.caps))
 
 
 def _synthetic() -> BuiltinCorpus:
   from andrea_jax.data.corpora.synthetic import builtin_specs, ensure_builtin, ensure_builtin_raw
   return BuiltinCorpus(
-      SOURCES, raw=lambda c: builtin_specs(ensure_builtin_raw(c.cache_dir, c.builtin_scale)),
-      prepared=lambda c, tok, workers, progress: ensure_builtin(
-          c.cache_dir, tok, c.builtin_scale, workers=workers, progress=progress))
+      SOURCES, raw=lambda d: builtin_specs(ensure_builtin_raw(d.cache_dir, d.builtin_scale),
+                                           caps=d.caps),
+      prepared=lambda d, tok, workers, progress: ensure_builtin(
+          d.cache_dir, tok, d.builtin_scale, workers=workers, progress=progress, caps=d.caps))
 
 
 BUILTIN_CORPORA: dict[str, Callable[[], BuiltinCorpus]] = {"stdlib": _stdlib,
@@ -76,36 +76,30 @@ def corpus_name(cfg: ml_collections.ConfigDict) -> str:
   return _ALIASES.get(cfg.corpus, cfg.corpus) if isinstance(cfg.corpus, str) else cfg.corpus
 
 
-def source_files() -> ml_collections.ConfigDict:
-  """Where one source's data comes from under ``corpus = "files"`` (``data.files.<source>``)."""
-  f = ml_collections.ConfigDict()
-  f.paths = ""              # comma-separated glob patterns of the source's files; "" = no files
-  # "jsonl" (one JSON object per line), "text", "parquet", or "hf": a Hugging Face dataset read
-  # with `datasets` (pip install 'andrea_jax[hub]'), named by `dataset` (with `paths`: its files)
-  f.format = "jsonl"
-  f.text_field = "text"     # jsonl, hf (layout "text"): key of the document text; parquet: column
-  f.separator = readers.DEFAULT_SEPARATOR  # text: a line exactly equal to this separates documents
-  f.eval_fraction = config_dict.placeholder(float)  # held-out share for this source; None = global
-  # format "hf" only:
-  f.dataset = ""            # Hub name, save_to_disk directory, or a builder ("json", ...) of paths
-  f.subset = ""             # the dataset's configuration (subset); "" = its default
-  f.split = "train"         # the split read
-  f.revision = ""           # a Hub revision (commit, tag, branch); "" = the newest
-  f.layout = "text"         # "text" (a text field), "messages" (a conversation), "tree" (OASST)
-  f.messages_field = "messages"  # layout "messages": the list of messages
-  f.system_field = ""       # layout "messages": a field holding a system prompt ("" = none)
-  # "chatml", "plain", a tokenizer folder (or its tokenizer_config.json), a .jinja or .json
-  # template file, or "hf:<repo>" (see andrea_jax.data.hub.template_files); "path::name": a named template
-  f.template = "chatml"
-  # Which tokens of a conversation the loss counts: "all", "assistant" (the assistant's turns, end-
-  # of-turn marker included) or "generation" (a Jinja template's {% generation %} blocks)
-  f.loss_on = "all"
-  f.tools_field = "tools"   # layout "messages": a row's tool schemas, passed to the template if present
-  f.filter_field = ""       # keep only rows whose field equals filter_value ("" = every row)
-  f.filter_value = ""       # comma-separated values of filter_field to keep
-  f.streaming = False       # stream the dataset instead of downloading it whole
-  f.max_tokens = 0          # token budget of the source (whole documents); 0 = no budget
-  return f
+def source_files(format: str = formats.DEFAULT, **fields) -> ml_collections.ConfigDict:
+  """The ``data.files.<source>`` section of ``format`` (:func:`andrea_jax.data.formats.source_section`):
+  its fields at their defaults, ``fields`` replacing some. The default, a JSON Lines section with
+  no ``paths``, is a source with no data.
+
+  Example: ``source_files("hf", dataset="HuggingFaceTB/smoltalk", layout="messages")``.
+  """
+  return formats.source_section(format, **fields)
+
+
+def set_source(config: ml_collections.ConfigDict, source: str, format: str = formats.DEFAULT,
+               **fields) -> None:
+  """Points ``source`` of a run ``config`` (in place, locked or not) at its data:
+  ``data.files.<source>`` made anew for ``format`` with ``fields``.
+
+  Example: ``set_source(config, "docs", "text", paths="corpus/docs/*.txt")``;
+  ``set_source(config, "smoltalk", "hf", dataset="HuggingFaceTB/smoltalk", max_tokens=10**8)``.
+  """
+  key = source_key(source)
+  if key not in config.data.files:
+    raise ValueError(f"{source!r} is not a source of the config (its sources: "
+                     f"{list(config.sources)}); change them with andrea_jax.config.with_sources")
+  with config.unlocked():
+    config.data.files[key] = source_files(format, **fields)
 
 
 def data_config(sources: Sequence[str] = SOURCES, corpus: str = "synthetic"
@@ -118,9 +112,11 @@ def data_config(sources: Sequence[str] = SOURCES, corpus: str = "synthetic"
   c.corpus = corpus         # "stdlib", "synthetic" (built-in corpora) or "files" (see `files`)
   c.builtin_scale = 1.0     # corpus "synthetic": ~1 MB of text per source per unit
   c.stdlib_packages = False  # corpus "stdlib": the installed packages' README and license texts too
-  # corpus = "files": where each source's data comes from (a source with neither paths nor a
-  # dataset has none), keyed by the source name with "-" written "_" so that flags can reach them:
-  # --config.data.files.repo_docs.paths
+  # Each source's data, keyed by the source name with "-" written "_" so that flags reach them
+  # (--config.data.files.repo_docs.paths): a section of its format (andrea_jax.data.formats:
+  # "jsonl", "text", "parquet", "hf" or "package.module:factory"), its fields and eval_fraction
+  # and max_tokens. The default, format "jsonl" with no paths, has no data. A built-in corpus reads
+  # only max_tokens here.
   c.files = ml_collections.ConfigDict({source_key(s): source_files() for s in sources})
   # Where built-in and prepared data are cached (default from env ANDREA_JAX_CACHE).
   c.cache_dir = default_cache_dir()
@@ -135,17 +131,28 @@ def data_config(sources: Sequence[str] = SOURCES, corpus: str = "synthetic"
   return c
 
 
-def _positive_int(cfg: ml_collections.ConfigDict, field: str, low: int = 1) -> None:
-  value = cfg[field]
-  if isinstance(value, bool) or not isinstance(value, int) or value < low:
-    raise ValueError(f"data.{field} must be an integer >= {low}, got {value!r}")
-
-
-def _number(cfg: ml_collections.ConfigDict, field: str) -> float:
-  value = cfg[field]
-  if isinstance(value, bool) or not isinstance(value, (int, float)):
-    raise TypeError(f"data.{field} must be a number, got {value!r}")
-  return float(value)
+@dataclasses.dataclass(frozen=True)
+class DataSpec:
+  """The ``data`` section, checked (:func:`data_spec`): what the data pipeline
+  (:func:`andrea_jax.data.pipeline.open_training_data`) and the trainer read, never the section.
+  """
+  tokenizer: Tokenizer                # data.tokenizer, loaded
+  sources: tuple[str, ...]            # the run's sources, the order of every weight vector
+  corpus: str                         # "stdlib", "synthetic" or "files"
+  files: Mapping[str, formats.Source]  # corpus "files": each source with data, in source order
+  caps: Mapping[str, int]             # a built-in corpus: max_tokens of each source given one
+  builtin_scale: float
+  stdlib_packages: bool
+  cache_dir: str
+  prepared_dir: str                   # "" = unused
+  eval_fraction: float
+  seq_len: int
+  global_batch_size: int
+  micro_batch_size: int               # global_batch_size / optim.grad_accum_steps (runconfig's)
+  prefetch: int
+  shard_tokens: int
+  workers: int
+  verify: bool
 
 
 def _check_tokenizer(spec) -> None:
@@ -158,56 +165,101 @@ def _check_tokenizer(spec) -> None:
     raise ValueError(f"data.tokenizer: no file {spec!r} (and not 'bytes' nor 'hf:<repo>')")
 
 
-def validate_data_config(cfg: ml_collections.ConfigDict, sources: Sequence[str] = SOURCES
-                         ) -> None:
-  """Raises ``ValueError`` naming the field (``data.<field>``) and the offending value; ``sources``
-  are the run's."""
+def data_spec(cfg: ml_collections.ConfigDict, sources: Sequence[str] = SOURCES, *,
+              tokenizer: Tokenizer | None = None) -> DataSpec:
+  """The ``data`` section ``cfg`` checked into a :class:`DataSpec`, for the run's ``sources``;
+  the tokenizer loaded (``tokenizer``: one loaded already). Raises ``ValueError``/``TypeError``
+  naming the field (``data.<field>``, ``data.files.<source>.<field>``) and the value.
+
+  Example:
+    >>> spec = data_spec(data_config())
+    >>> spec.corpus, spec.tokenizer.vocab_size, spec.files
+    ('synthetic', 257, {})
+  """
   sources = check_sources(sources)
   _check_tokenizer(cfg.tokenizer)
   corpus = corpus_name(cfg)
   if not isinstance(corpus, str) or corpus not in CORPORA:
     raise ValueError(f"data.corpus must be one of {CORPORA}, got {cfg.corpus!r}")
-  if not 0.0 < _number(cfg, "builtin_scale") <= 1000.0:
-    raise ValueError(f"data.builtin_scale must lie in (0, 1000], got {cfg.builtin_scale!r}")
-  if not isinstance(cfg.stdlib_packages, bool):
-    raise TypeError(f"data.stdlib_packages must be True or False, got {cfg.stdlib_packages!r}")
-  if not cfg.cache_dir:
-    raise ValueError("data.cache_dir is empty")
+  scale = checks.number("data.builtin_scale", cfg.builtin_scale, low=0, low_open=True, high=1000)
+  packages = checks.flag("data.stdlib_packages", cfg.stdlib_packages)
+  checks.text("data.cache_dir", cfg.cache_dir, empty=False)
   cache = os.path.expanduser(cfg.cache_dir)
   if os.path.exists(cache) and not os.path.isdir(cache):
     raise ValueError(f"data.cache_dir = {cfg.cache_dir!r} is a file, not a directory")
   if cfg.prepared_dir and not os.path.isdir(os.path.expanduser(cfg.prepared_dir)):
     raise ValueError(f"data.prepared_dir: no directory {cfg.prepared_dir!r}")
-  if not 0.0 <= _number(cfg, "eval_fraction") <= 0.5:
-    raise ValueError(f"data.eval_fraction must lie in [0, 0.5], got {cfg.eval_fraction!r}")
-  for field in ("seq_len", "global_batch_size", "prefetch", "shard_tokens"):
-    _positive_int(cfg, field)
-  _positive_int(cfg, "workers", low=0)
-  if not isinstance(cfg.verify, bool):
-    raise TypeError(f"data.verify must be True or False, got {cfg.verify!r}")
+  eval_fraction = checks.number("data.eval_fraction", cfg.eval_fraction, low=0, high=0.5)
+  sizes = {f: checks.integer(f"data.{f}", cfg[f], minimum=1, int32=f != "shard_tokens")
+           for f in ("seq_len", "global_batch_size", "prefetch", "shard_tokens")}
+  workers = checks.integer("data.workers", cfg.workers, minimum=0)
+  verify = checks.flag("data.verify", cfg.verify)
+  files, caps = _sources(cfg, sources, corpus, eval_fraction)
+  if tokenizer is None:
+    tokenizer = load_tokenizer(cfg.tokenizer)
+  return DataSpec(tokenizer=tokenizer, sources=sources, corpus=corpus, files=files, caps=caps,
+                  builtin_scale=scale, stdlib_packages=packages, cache_dir=cfg.cache_dir,
+                  prepared_dir=cfg.prepared_dir, eval_fraction=eval_fraction,
+                  micro_batch_size=sizes["global_batch_size"], workers=workers, verify=verify,
+                  **sizes)
+
+
+def validate_data_config(cfg: ml_collections.ConfigDict, sources: Sequence[str] = SOURCES
+                         ) -> None:
+  """Raises ``ValueError``/``TypeError`` naming the field (``data.<field>``) and the offending
+  value; ``sources`` are the run's (:func:`data_spec`, its result dropped)."""
+  data_spec(cfg, sources)
+
+
+def _sections(cfg: ml_collections.ConfigDict, sources: tuple[str, ...]
+              ) -> dict[str, ml_collections.ConfigDict]:
+  """``data.files`` entry of each source that has one, in source order; unknown keys refused."""
   keys = [source_key(s) for s in sources]
   unknown = sorted(set(cfg.files.keys()) - set(keys))
   if unknown:
     raise ValueError(f"data.files has unknown sources {unknown}; the run's sources are {keys} "
                      "(config.sources)")
-  specs = source_specs(cfg, sources)
-  _check_origin(cfg, corpus, sources, specs)
+  return {s: cfg.files[source_key(s)] for s in sources if source_key(s) in cfg.files}
+
+
+def _sources(cfg: ml_collections.ConfigDict, sources: tuple[str, ...], corpus: str,
+             eval_fraction: float) -> tuple[dict[str, formats.Source], dict[str, int]]:
+  """``(files, caps)``: the source of every section with data (built by its format) and, for a
+  built-in corpus, the caps of its sources; the corpus and the sections checked to agree."""
+  files, caps, held = {}, {}, []
+  for name, section in _sections(cfg, sources).items():
+    where = f"data.files.{source_key(name)}"
+    checked = formats.check(where, section, eval_fraction)
+    if formats.has_data(section, where):
+      files[name] = formats.build(where, section, eval_fraction)
+    elif corpus in BUILTIN_CORPORA:   # a file corpus's source without data: nothing is read
+      if checked.max_tokens:
+        caps[name] = checked.max_tokens
+      if section.get("eval_fraction") is not None:
+        held.append(f"{where}.eval_fraction")
+  _check_origin(cfg, corpus, sources, files, caps)
+  if held and not cfg.prepared_dir:
+    raise ValueError(f"{held[0]} is set, but the built-in corpus {corpus!r} holds out its own "
+                     "share of every source: leave it None (only max_tokens applies to a "
+                     "built-in corpus's sources)")
+  return files, caps
 
 
 def _check_origin(cfg: ml_collections.ConfigDict, corpus: str, sources: tuple[str, ...],
-                  specs: dict) -> None:
+                  files: dict, caps: dict) -> None:
   """The corpus and the files agree: a built-in corpus holds the run's sources and no file is
   given beside it; a prepared directory is given alone."""
-  given = ", ".join(f"data.files.{source_key(n)}" for n in specs)
-  if cfg.prepared_dir and specs:
+  given = ", ".join(f"data.files.{source_key(n)}" for n in files)
+  if cfg.prepared_dir and (files or caps):
     # The prepared directory is opened as is: these files would be silently ignored.
+    given = given or ", ".join(f"data.files.{source_key(n)}.max_tokens" for n in caps)
     raise ValueError(f"data.prepared_dir = {cfg.prepared_dir!r} is opened as is, so {given} "
                      "would be ignored: set one or the other (prepare the files with "
                      "python -m andrea_jax.data.prepare, or leave prepared_dir empty)")
   if cfg.prepared_dir:
     return
   if corpus in BUILTIN_CORPORA:
-    if specs:
+    if files:
       raise ValueError(f"data.corpus = {cfg.corpus!r} is a built-in corpus, so {given} would be "
                        "ignored: set data.corpus = 'files' to read them")
     have = BUILTIN_CORPORA[corpus]().sources
@@ -215,158 +267,25 @@ def _check_origin(cfg: ml_collections.ConfigDict, corpus: str, sources: tuple[st
     if missing:
       raise ValueError(f"sources {missing} are not sources of the built-in corpus {corpus!r} "
                        f"(it has {list(have)}); read them from files with data.corpus = 'files'")
-  elif not specs:
+  elif not files:
     raise ValueError("data.corpus is 'files' but no source has data: set "
                      "data.files.<source>.paths, or .format='hf' with .dataset")
-  for name, spec in specs.items():
-    try:
-      if isinstance(spec, HubSpec):
-        from andrea_jax.data.hub import datasets   # a Hub source: its checks
-        datasets.check_hub_spec(name, spec)
-      else:
-        readers.check_spec(name, spec)
-    except ValueError as e:
-      raise ValueError(f"data.files.{source_key(name)}: {e}") from None
-
-
-def _spec(cfg: ml_collections.ConfigDict, f: ml_collections.ConfigDict
-          ) -> readers.SourceSpec | HubSpec:
-  eval_fraction = float(cfg.eval_fraction if f.eval_fraction is None else f.eval_fraction)
-  paths = tuple(p.strip() for p in f.paths.split(",") if p.strip())
-  if f.format != "hf" and f.get("loss_on", "all") != "all":
-    # Checked here: a SourceSpec has no turns to mask, so the choice would be silently dropped.
-    raise ValueError(f"loss_on = {f.loss_on!r} needs conversations (format 'hf' with layout "
-                     f"'messages' or 'tree'), got format {f.format!r}")
-  if f.format != "hf":
-    return readers.SourceSpec(paths=paths, format=f.format, text_field=f.text_field,
-                              separator=f.separator, eval_fraction=eval_fraction)
-  values = [v.strip() for v in str(f.filter_value).split(",") if v.strip()]
-  return HubSpec(
-      dataset=f.dataset, split=f.split, subset=f.subset or None, data_files=paths,
-      revision=f.revision or None, layout=f.layout, text_field=f.text_field,
-      messages_field=f.messages_field, system_field=f.system_field, template=f.template,
-      filter_field=f.filter_field, filter_value=(values[0] if len(values) == 1 else values or None),
-      streaming=f.streaming, max_tokens=f.max_tokens, eval_fraction=eval_fraction,
-      loss_on=f.get("loss_on", "all"), tools_field=f.get("tools_field", "tools"))
 
 
 def source_specs(cfg: ml_collections.ConfigDict, sources: Sequence[str] = SOURCES
-                 ) -> dict[str, readers.SourceSpec | HubSpec]:
-  """The spec of every source of ``sources`` whose ``data.files`` entry names data (paths, or a
-  dataset under ``format = "hf"``), in the order of ``sources``."""
-  specs = {}
-  for name in sources:
-    f = cfg.files.get(source_key(name))
-    if f is not None and (f.paths or (f.format == "hf" and f.dataset)):
-      try:
-        specs[name] = _spec(cfg, f)
-      except ValueError as e:
-        raise ValueError(f"data.files.{source_key(name)}.{e}") from None
-  return specs
+                 ) -> dict[str, formats.Source]:
+  """The :class:`~andrea_jax.data.formats.Source` of every source of ``sources`` whose
+  ``data.files`` entry names data (paths, or a dataset under ``format = "hf"``), in the order of
+  ``sources``, each checked (:func:`data_spec` checks the whole section)."""
+  eval_fraction = checks.number("data.eval_fraction", cfg.eval_fraction, low=0, high=0.5)
+  return {name: formats.build(f"data.files.{source_key(name)}", section, eval_fraction)
+          for name, section in _sections(cfg, check_sources(sources)).items()
+          if formats.has_data(section, f"data.files.{source_key(name)}")}
 
 
-def without_data(cfg: ml_collections.ConfigDict, sources: Sequence[str],
-                 used: Sequence[str]) -> list[str]:
+def without_data(spec: DataSpec, used: Sequence[str]) -> list[str]:
   """The ``used`` sources no data is configured for (``corpus = "files"`` without
   ``prepared_dir``: neither paths nor a dataset); ``[]`` otherwise."""
-  if corpus_name(cfg) != "files" or cfg.prepared_dir:
+  if spec.corpus != "files" or spec.prepared_dir:
     return []
-  specs = source_specs(cfg, sources)
-  return [s for s in used if s not in specs]
-
-
-def _digest_fields(spec: readers.SourceSpec | HubSpec) -> dict:
-  """A spec's fields for the prepared folder's digest; the fields added since it was defined
-  (``loss_on``, ``tools_field``) only where they differ from their defaults, so that a config
-  that does not set them keeps its folder."""
-  fields = spec._asdict()
-  for name in ("loss_on", "tools_field"):
-    if name in fields and fields[name] == HubSpec._field_defaults[name]:
-      del fields[name]
-  return fields
-
-
-def files_prepared_dir(cfg: ml_collections.ConfigDict, tokenizer: Tokenizer,
-                       sources: Sequence[str] = SOURCES) -> str:
-  """``<cache_dir>/prepared/files-<digest>``: the digest covers the specs, options and tokenizer."""
-  key = json.dumps({"specs": {k: _digest_fields(v) for k, v in source_specs(cfg, sources).items()},
-                    "shard_tokens": cfg.shard_tokens, "tokenizer": tokenizer.fingerprint},
-                   sort_keys=True)
-  digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
-  return os.path.join(os.path.expanduser(cfg.cache_dir), "prepared", f"files-{digest}")
-
-
-def prepare_from_config(cfg: ml_collections.ConfigDict, tokenizer: Tokenizer, out_dir: str, *,
-                        sources: Sequence[str] = SOURCES, progress: bool = True) -> PrepareResult:
-  """Prepares the config's data for ``sources`` (a built-in corpus's or the files') into
-  ``out_dir``."""
-  corpus = corpus_name(cfg)
-  if corpus in BUILTIN_CORPORA:
-    specs = {s: spec for s, spec in BUILTIN_CORPORA[corpus]().raw(cfg).items() if s in sources}
-  else:
-    specs = source_specs(cfg, sources)
-  return prepare(specs, tokenizer, out_dir, shard_tokens=cfg.shard_tokens, workers=cfg.workers,
-                 progress=progress, known_sources=sources)
-
-
-def open_training_data(cfg: ml_collections.ConfigDict, tokenizer: Tokenizer, *,
-                       sources: Sequence[str] = SOURCES, required: Sequence[str] | None = None,
-                       progress: bool = True) -> PreparedData:
-  """Prepares the data if needed and opens it with every check (see :class:`PreparedData`).
-
-  Args:
-    cfg: the ``data`` section.
-    tokenizer: the run's tokenizer (``load_tokenizer(cfg.tokenizer)``).
-    sources: the run's sources (``config.sources``), the order of every weight vector.
-    required: the sources the run samples from (default: all of ``sources``); the others may be
-      absent.
-    progress: tqdm bars while preparing.
-
-  On several hosts sharing a file system, let process 0 call this first and the others after a
-  barrier: the result is the same, but preparing it once is cheaper.
-
-  Example:
-    >>> cfg = data_config()
-    >>> data = open_training_data(cfg, load_tokenizer(cfg.tokenizer))
-    >>> sampler = MixtureSampler(data, seq_len=cfg.seq_len,
-    ...                          global_batch_size=cfg.global_batch_size, seed=0)
-  """
-  validate_data_config(cfg, sources)
-  corpus = corpus_name(cfg)
-  if cfg.prepared_dir:
-    path = os.path.expanduser(cfg.prepared_dir)
-  elif corpus in BUILTIN_CORPORA:
-    # Byte tokenization is faster than starting worker processes.
-    workers = 1 if tokenizer.name == "bytes" else cfg.workers
-    path = BUILTIN_CORPORA[corpus]().prepared(cfg, tokenizer, workers, progress)
-  else:
-    path = files_prepared_dir(cfg, tokenizer, sources)
-    prepare(source_specs(cfg, sources), tokenizer, path, shard_tokens=cfg.shard_tokens,
-            workers=cfg.workers, progress=progress, known_sources=sources)
-  data = PreparedData.open(path, tokenizer=tokenizer, sources=sources, required=required,
-                           verify=cfg.verify)
-  check_windows(data, cfg.seq_len)
-  return data
-
-
-def corpus_vocabulary(cfg: ml_collections.ConfigDict) -> frozenset[str] | None:
-  """The words of the built-in corpus's training documents (``eval/word_share`` is measured
-  against them), or ``None`` for a corpus that records none (the synthetic one, files)."""
-  if corpus_name(cfg) != "stdlib" or cfg.prepared_dir:
-    return None
-  from andrea_jax.data.corpora import stdlib
-  return stdlib.read_vocabulary(stdlib.ensure_stdlib_raw(cfg.cache_dir, packages=cfg.stdlib_packages))
-
-
-def check_windows(data: PreparedData, seq_len: int, split: str = "train") -> None:
-  """``DataError`` unless every required source has a shard of ``split`` with at least
-  ``seq_len + 1`` tokens (a row is a window of ``seq_len + 1`` tokens inside one shard).
-
-  :func:`open_training_data` checks the training split, so that a run stops before it compiles
-  anything rather than when the sampler first meets the source.
-  """
-  for source in data.required:
-    if not any(m.size >= seq_len + 1 for m in data.shards(source, split)):
-      files = [os.path.join(data.path, s["file"])
-               for s in data.manifest["sources"][source]["shards"][split]]
-      raise DataError(f"{sampler_lib.too_short(data, source, split, seq_len + 1)} (shards {files})")
+  return [s for s in used if s not in spec.files]

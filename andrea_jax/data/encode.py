@@ -4,7 +4,8 @@
 inside text, or ids outside its vocabulary); :func:`tokenize_unit` reads and encodes one work unit
 of a local file, in a worker process or in this one; :func:`tokenize_masked` encodes conversations
 with their loss masks (:mod:`andrea_jax.data.hub.masks`); :func:`ordered_results` runs the units
-through a process pool, in order.
+through a process pool, in order; :func:`capped` cuts a source's tokens to its cap of whole
+documents.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ import concurrent.futures
 import functools
 import os
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from andrea_jax.data import readers
+from andrea_jax.data import formats, readers
 from andrea_jax.data import manifest as mf
 from andrea_jax.data.errors import DataError
 from andrea_jax.data.tokenizers import Tokenizer, load_tokenizer
@@ -32,19 +34,24 @@ def _cached_tokenizer(spec: str, fingerprint: str) -> Tokenizer:
 
 
 def tokenize_unit(tokenizer: Tokenizer | tuple[str, str], dtype: str,
-                  unit: readers.WorkUnit) -> tuple[np.ndarray, np.ndarray]:
-  """Reads and tokenizes one work unit: ``(tokens [N] dtype, doc_lengths [D] int64)``, each
-  document as ``[eod] + ids``. Workers get ``(spec, fingerprint)`` and load the tokenizer once.
+                  item: tuple[str, tuple, Any]) -> tuple[np.ndarray, np.ndarray]:
+  """Reads and tokenizes one work unit of a file source, ``item = (format, arguments, unit)``
+  (the reader is rebuilt from its format's name and arguments): ``(tokens [N] dtype,
+  doc_lengths [D] int64)``, each document as ``[eod] + ids``. Workers get ``(spec, fingerprint)``
+  and load the tokenizer once.
 
   Example:
-    >>> unit = readers.work_units("docs.jsonl", SourceSpec(("docs.jsonl",)))[0]
-    >>> tokenize_unit(load_tokenizer("bytes"), "<u2", unit)[1]    # two documents   # doctest: +SKIP
+    >>> source = formats.as_source(SourceSpec(("docs.jsonl",)))
+    >>> unit = source.reader.units("docs.jsonl")[0]
+    >>> tokenize_unit(load_tokenizer("bytes"), "<u2", (*source[:2], unit))[1]   # doctest: +SKIP
     array([12, 30])
   """
   tok = _cached_tokenizer(*tokenizer) if isinstance(tokenizer, tuple) else tokenizer
-  at = f"row group {unit.start}" if unit.format == "parquet" else f"bytes {unit.start}.."
-  return tokenize_docs(tok, dtype, readers.read_unit(unit),
-                       lambda k: f"{unit.path} ({at}, document {k + 1} there)")
+  fmt, arguments, unit = item
+  docs = formats.make_reader(fmt, arguments).read(unit)
+  where = (unit.where if isinstance(unit, readers.WorkUnit)
+           else lambda k: f"format {fmt!r}, unit {unit!r} (document {k + 1} there)")
+  return tokenize_docs(tok, dtype, docs, where)
 
 
 def tokenize_docs(tok: Tokenizer, dtype: str, docs: list[str], where: Callable[[int], str],
@@ -73,6 +80,34 @@ def tokenize_docs(tok: Tokenizer, dtype: str, docs: list[str], where: Callable[[
     raise DataError(f"{where(k)}: tokenizer {tok.name} produced id {tokens_N.max()} outside "
                     f"[0, {tok.vocab_size})")
   return tokens_N.astype(dtype), lengths_D
+
+
+def capped(batches, max_tokens: int):
+  """``batches`` (``(tokens, doc_lengths[, mask])`` in document order) cut to the longest prefix
+  of whole documents whose tokens add up to at most ``max_tokens`` (0: all of them); ``batches``
+  is closed once the cap is reached (a reader stops there).
+
+  Example:
+    >>> parts = [(np.arange(5), np.array([2, 3])), (np.arange(4), np.array([4]))]
+    >>> [p[1].tolist() for p in capped(iter(parts), 8)]
+    [[2, 3], []]
+  """
+  used = 0
+  try:
+    for parts in batches:
+      lengths_D = parts[1]
+      if max_tokens:
+        # Whole documents only: the longest prefix that fits in what is left of the cap.
+        take = int(np.searchsorted(np.cumsum(lengths_D), max_tokens - used, side="right"))
+        if take < lengths_D.size:
+          n = int(lengths_D[:take].sum())
+          yield tuple(p[:take] if i == 1 else p[:n] for i, p in enumerate(parts))
+          return
+        used += int(lengths_D.sum())
+      yield parts
+  finally:
+    if hasattr(batches, "close"):
+      batches.close()
 
 
 def worker_init() -> None:

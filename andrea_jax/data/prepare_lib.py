@@ -1,6 +1,8 @@
 """Tokenize each source into token shards and a manifest (see :mod:`manifest`).
 
-A source is local files (:class:`~andrea_jax.data.readers.SourceSpec`) or a Hugging Face dataset
+A source is a :class:`~andrea_jax.data.formats.Source` (a format by name and its fields: local
+files read by a pool of processes, or a dataset read in this process), local files in one tuple
+(:class:`~andrea_jax.data.readers.SourceSpec`) or a Hugging Face dataset
 (:class:`~andrea_jax.data.hub.datasets.HubSpec`, read through the ``datasets`` library in this process).
 
 The command line is :mod:`andrea_jax.data.prepare`. What :func:`prepare` guarantees:
@@ -11,10 +13,14 @@ The command line is :mod:`andrea_jax.data.prepare`. What :func:`prepare` guarant
 * one document in every block of ``round(1 / eval_fraction)`` consecutive documents of a source (and
   one of its first two) is held out for evaluation, at a place in the block given by
   ``splitmix64(source, block)``: whole documents, the same ones on every run;
+* a source with a cap (``max_tokens`` > 0) keeps the longest prefix of its documents, in reading
+  order, whose tokens (each document's leading ``eod_id`` included) add up to at most the cap;
+  the held-out documents are then those of that prefix that the uncapped source holds out (the
+  cap counts them), so a cap never moves a document between the splits;
 * the output is a pure function of the input files, the options and the tokenizer (same input, same
   bytes), whatever the number of workers;
-* a source whose manifest entry matches its inputs (sizes and SHA-256 of every file, options,
-  tokenizer; for a dataset also its name, revision, fingerprint and ``loss_on``) and its shards
+* a source whose manifest entry matches its inputs (sizes and SHA-256 of every file, options and
+  cap, tokenizer; for a dataset also its name, revision, fingerprint and ``loss_on``) and its shards
   (present, with the recorded sizes) is finished and is not redone. Shard contents are checked
   against their SHA-256 when the data is opened (:class:`andrea_jax.data.shards.PreparedData`);
 * each source is all or nothing (:mod:`andrea_jax.data.commit`): its shards are written in a
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
+import json
 import multiprocessing
 import os
 from collections.abc import Mapping, Sequence
@@ -38,7 +45,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import tqdm
 
-from andrea_jax.data import commit, encode, hashing, readers
+from andrea_jax import checks
+from andrea_jax.data import commit, encode, formats, hashing, readers
 from andrea_jax.data import manifest as mf
 from andrea_jax.data.hub.spec import HubSpec
 from andrea_jax.data.errors import DataError
@@ -79,26 +87,21 @@ def eval_mask(source: str, first_doc: int, num_docs: int, eval_fraction: float) 
   return (i_N - start_N).astype(np.uint64) == key_N % size_N
 
 
-def _unit_weights(units: list[readers.WorkUnit]) -> list[int]:
-  """Input bytes each unit stands for (Parquet row groups share their file's size), for progress."""
-  weights = []
-  for u in units:
-    if u.format == "parquet":
-      n = sum(1 for v in units if v.path == u.path)
-      weights.append(os.path.getsize(u.path) // n)
-    else:
-      weights.append(u.stop - u.start)
-  return weights
-
-
-def _input_record(spec: readers.SourceSpec, files: list[str], shard_tokens: int,
-                  hasher: concurrent.futures.Executor) -> dict[str, Any]:
-  digests = list(hasher.map(hashing.sha256_file, files))
-  return {"reader_version": READER_VERSION, "format": spec.format, "text_field": spec.text_field,
-          "separator": spec.separator if spec.format == "text" else None,
-          "eval_fraction": float(spec.eval_fraction), "shard_tokens": int(shard_tokens),
-          "files": [{"path": f, "bytes": os.path.getsize(f), "sha256": d}
-                    for f, d in zip(files, digests)]}
+def _input_record(source: formats.Source, reader, files: list[str], shard_tokens: int,
+                  hasher: concurrent.futures.Executor | None) -> dict[str, Any]:
+  """What a prepared source depends on, for its manifest entry: the format, what its reader says
+  decides the documents (default: its arguments), the held-out share, the cap when there is one,
+  and the size and SHA-256 of every file read."""
+  digests = list(hasher.map(hashing.sha256_file, files)) if files else []
+  own = reader.record() if hasattr(reader, "record") else {"arguments": dict(source.arguments)}
+  record = {"reader_version": READER_VERSION, "format": source.format,
+            **json.loads(json.dumps(own)),
+            "eval_fraction": float(source.eval_fraction), "shard_tokens": int(shard_tokens)}
+  if source.max_tokens:   # only then: an uncapped source keeps the record it had before caps
+    record["max_tokens"] = int(source.max_tokens)
+  record["files"] = [{"path": f, "bytes": os.path.getsize(f), "sha256": d}
+                     for f, d in zip(files, digests)]
+  return record
 
 
 def _content(inputs: dict[str, Any]) -> dict[str, Any]:
@@ -132,52 +135,50 @@ def _finished(out_dir: str, entry: dict[str, Any] | None, inputs: dict[str, Any]
 
 
 class _Todo(NamedTuple):
-  """A source to tokenize: its spec, input record and work units (in document order; none for a
-  dataset, which is read in this process), and a dataset's chat template."""
+  """A source to tokenize: its spec (a :class:`HubSpec`, or a :class:`formats.Source`), input
+  record and, for files, its work units (``(format, arguments, unit)``, in document order, with
+  the input bytes each stands for), and a dataset's chat template."""
   name: str
-  spec: readers.SourceSpec | HubSpec
+  spec: formats.Source | HubSpec
   inputs: dict[str, Any]
-  units: list[readers.WorkUnit]
+  units: list[tuple[str, tuple, Any]]
+  weights: list[int]
   template: Any = None          # the source's ChatTemplate (andrea_jax.data.hub.templates)
 
 
 def _file_batches(todo: _Todo, results, progress: bool):
   """The tokenized units of one file source, taken from ``results`` in order, with a bar."""
-  weights = _unit_weights(todo.units)
-  with tqdm.tqdm(total=sum(weights), unit="B", unit_scale=True, desc=f"prepare {todo.name}",
+  with tqdm.tqdm(total=sum(todo.weights), unit="B", unit_scale=True, desc=f"prepare {todo.name}",
                  disable=not progress, leave=False) as bar:
-    for weight in weights:
+    for weight in todo.weights:
       yield next(results)
       bar.update(weight)
 
 
 def _hub_batches(todo: _Todo, tok: Tokenizer, dtype: np.dtype, progress: bool):
-  """The tokenized documents of a dataset source, cut to its token budget (``max_tokens``):
-  ``(tokens, doc_lengths)``, and the loss mask after them when the source has one."""
+  """The tokenized documents of a dataset source (a Hugging Face dataset, or a format whose reader
+  yields documents), read in this process: ``(tokens, doc_lengths)``, and the loss mask after them
+  when the source has one."""
   spec = todo.spec
-  budget = int(spec.max_tokens) or None
-  used = first = 0
-  docs = _hub().documents(todo.name, spec, todo.template, progress=progress,
-                       revision=todo.inputs["dataset"]["revision"])
+  first = 0
+  if isinstance(spec, HubSpec):
+    docs = _hub().documents(todo.name, spec, todo.template, progress=progress,
+                            revision=todo.inputs["dataset"]["revision"])
+    label = f"dataset {spec.dataset!r}, split {spec.split!r}"
+  else:
+    docs = iter(spec.reader.documents(todo.name, progress))
+    label = f"format {spec.format!r}"
+  masked = getattr(spec, "loss_on", "all") != "all"
   try:
     for batch in docs:
-      where = lambda k, at=first: (f"source {todo.name!r}: dataset {spec.dataset!r}, split "
-                                   f"{spec.split!r}, document {at + k} (documents, not rows)")
-      parts = (encode.tokenize_docs(tok, dtype.str, batch, where) if spec.loss_on == "all"
-               else encode.tokenize_masked(tok, dtype.str, batch, where))
-      lengths_D = parts[1]
+      where = lambda k, at=first: (f"source {todo.name!r}: {label}, document {at + k} "
+                                   "(documents, not rows)")
+      yield (encode.tokenize_masked(tok, dtype.str, batch, where) if masked
+             else encode.tokenize_docs(tok, dtype.str, list(batch), where))
       first += len(batch)
-      if budget is not None:
-        # Whole documents only: the longest prefix that fits in what is left of the budget.
-        take = int(np.searchsorted(np.cumsum(lengths_D), budget - used, side="right"))
-        if take < lengths_D.size:
-          n = int(lengths_D[:take].sum())
-          yield tuple(p[:take] if i == 1 else p[:n] for i, p in enumerate(parts))
-          return
-        used += int(lengths_D.sum())
-      yield parts
   finally:
-    docs.close()
+    if hasattr(docs, "close"):
+      docs.close()
 
 
 def _write_source(todo: _Todo, batches, tok: Tokenizer, out_dir: str, dtype: np.dtype,
@@ -219,15 +220,16 @@ def _write_source(todo: _Todo, batches, tok: Tokenizer, out_dir: str, dtype: np.
   return entry
 
 
-def prepare(sources: Mapping[str, readers.SourceSpec | HubSpec], tokenizer: Tokenizer,
-            out_dir: str, *,
+def prepare(sources: Mapping[str, formats.Source | readers.SourceSpec | HubSpec],
+            tokenizer: Tokenizer, out_dir: str, *,
             shard_tokens: int = DEFAULT_SHARD_TOKENS, workers: int = 1, progress: bool = True,
             known_sources: Sequence[str] = SOURCES) -> PrepareResult:
   """Tokenizes every source of ``sources`` into ``out_dir``; finished sources are skipped.
 
   Args:
-    sources: source name -> :class:`SourceSpec` (local files) or :class:`HubSpec` (a dataset
-      read with ``datasets``), names from ``known_sources``.
+    sources: source name -> :class:`~andrea_jax.data.formats.Source` (a format and its fields),
+      :class:`SourceSpec` (local files) or :class:`HubSpec` (a dataset read with ``datasets``),
+      names from ``known_sources``.
     tokenizer: the tokenizer; worker processes rebuild it from ``tokenizer.spec``.
     out_dir: the prepared directory (created if needed).
     shard_tokens: the most tokens per shard file.
@@ -246,11 +248,7 @@ def prepare(sources: Mapping[str, readers.SourceSpec | HubSpec], tokenizer: Toke
     ('chat',)
   """
   order = {s: source_index(s, known_sources) for s in sources}
-  for name, spec in sources.items():
-    if isinstance(spec, HubSpec):
-      _hub().check_hub_spec(name, spec)
-    else:
-      readers.check_spec(name, spec)
+  sources = {name: _checked(name, spec) for name, spec in sources.items()}
   if int(shard_tokens) < 1:
     raise ValueError(f"shard_tokens must be >= 1, got {shard_tokens}")
   if int(workers) < 0:
@@ -268,13 +266,43 @@ def prepare(sources: Mapping[str, readers.SourceSpec | HubSpec], tokenizer: Toke
       raise
 
 
+def _checked(name: str, spec: formats.Source | readers.SourceSpec | HubSpec
+             ) -> formats.Source | HubSpec:
+  """A source's spec checked, as a :class:`HubSpec` (a Hugging Face dataset, its held-out share
+  and cap in it) or a :class:`formats.Source` whose reader reads files or yields documents."""
+  if isinstance(spec, readers.SourceSpec):
+    readers.check_spec(name, spec)
+    spec = formats.as_source(spec)
+  if isinstance(spec, formats.Source) and isinstance(spec.reader, HubSpec):
+    spec = spec.reader._replace(eval_fraction=spec.eval_fraction, max_tokens=spec.max_tokens)
+  if isinstance(spec, HubSpec):
+    _hub().check_hub_spec(name, spec)
+    return spec
+  if not isinstance(spec, formats.Source):
+    raise TypeError(f"source {name!r}: a Source, SourceSpec or HubSpec, got {spec!r}")
+  try:
+    checks.number("eval_fraction", spec.eval_fraction, low=0, high=0.5)
+    checks.integer("max_tokens", spec.max_tokens, minimum=0, int32=False)
+    reader = spec.reader
+  except (TypeError, ValueError) as e:
+    raise type(e)(f"source {name!r}: {e}") from None
+  if hasattr(reader, "units") and not readers.patterns(reader.paths):
+    raise ValueError(f"source {name!r}: paths must name the files of format {spec.format!r}, "
+                     f"got {reader.paths!r}")
+  if not hasattr(reader, "units") and not hasattr(reader, "documents"):
+    raise TypeError(f"source {name!r}: format {spec.format!r} made a "
+                    f"{type(reader).__name__}, which has neither units() and read() (files) nor "
+                    "documents() (a dataset)")
+  return spec
+
+
 def _hub():
   """The Hub plug-in (:mod:`andrea_jax.data.hub.datasets`), imported when a source is a dataset."""
   from andrea_jax.data.hub import datasets
   return datasets
 
 
-def _plan(sources: Mapping[str, readers.SourceSpec | HubSpec], order: dict[str, int],
+def _plan(sources: Mapping[str, formats.Source | HubSpec], order: dict[str, int],
           tokenizer: Tokenizer, out_dir: str, entries: dict[str, Any], shard_tokens: int,
           workers: int) -> tuple[list[_Todo], list[str]]:
   """``(todo, skipped)``: the sources to prepare, every one of their templates and masks checked
@@ -286,25 +314,27 @@ def _plan(sources: Mapping[str, readers.SourceSpec | HubSpec], order: dict[str, 
   with concurrent.futures.ThreadPoolExecutor(workers) as hasher:
     for name in sorted(sources, key=order.__getitem__):
       spec = sources[name]
-      template = None
+      template, files = None, []
       if isinstance(spec, HubSpec):
         inputs, template = _hub().plan_source(name, spec, tokenizer, shard_tokens,
                                               READER_VERSION)
       else:
-        files = readers.resolve_files(name, spec)
-        inputs = _input_record(spec, files, shard_tokens, hasher)
+        if hasattr(spec.reader, "units"):
+          files = readers.expand_patterns(name, readers.patterns(spec.reader.paths))
+        inputs = _input_record(spec, spec.reader, files, shard_tokens, hasher)
       if _is_finished(out_dir, entries.get(name), inputs, tokenizer.fingerprint, dtype.itemsize):
         skipped.append(name)
-      elif isinstance(spec, HubSpec):
-        todo.append(_Todo(name, spec, inputs, [], template))
-      else:
-        todo.append(_Todo(name, spec, inputs, [u for f in files
-                                               for u in readers.work_units(f, spec)]))
+        continue
+      units, weights = [], []
+      for f in files:
+        pieces = spec.reader.units(f)
+        units += [(spec.format, spec.arguments, u) for u in pieces]
+        weights += [os.path.getsize(f) // max(1, len(pieces))] * len(pieces)
+      todo.append(_Todo(name, spec, inputs, units, weights, template))
   return todo, skipped
 
 
-def _prepare_locked(sources: Mapping[str, readers.SourceSpec | HubSpec],
-                    order: dict[str, int],
+def _prepare_locked(sources: Mapping[str, formats.Source | HubSpec], order: dict[str, int],
                     tokenizer: Tokenizer, out_dir: str, shard_tokens: int, workers: int,
                     progress: bool, known_sources: Sequence[str]) -> PrepareResult:
   dtype = mf.token_dtype(tokenizer.vocab_size)
@@ -337,16 +367,24 @@ def _prepare_locked(sources: Mapping[str, readers.SourceSpec | HubSpec],
     pool = concurrent.futures.ProcessPoolExecutor(
         workers, mp_context=multiprocessing.get_context("spawn"), initializer=encode.worker_init)
   try:
-    # One ordered stream of units over all sources keeps every worker busy, also when each source
-    # is a single small file; the shards are still written in document order.
+    # One ordered stream of units over all uncapped sources keeps every worker busy, also when
+    # each source is a single small file; the shards are still written in document order. A
+    # capped source has a stream of its own, closed once its cap is reached.
     call = functools.partial(encode.tokenize_unit, tokenizer if pool is None
                              else (tokenizer.spec, tokenizer.fingerprint), dtype.str)
-    results = encode.ordered_results(call, [u for t in todo for u in t.units], pool, 2 * workers)
+    shared = encode.ordered_results(call, [u for t in todo if not t.spec.max_tokens
+                                           for u in t.units], pool, 2 * workers)
     for t in todo:
-      batches = (_hub_batches(t, tokenizer, dtype, progress) if isinstance(t.spec, HubSpec)
-                 else _file_batches(t, results, progress))
+      if isinstance(t.spec, HubSpec) or not hasattr(t.spec.reader, "units"):
+        batches = _hub_batches(t, tokenizer, dtype, progress)
+      elif t.spec.max_tokens:
+        batches = _file_batches(t, encode.ordered_results(call, t.units, pool, 2 * workers),
+                                progress)
+      else:
+        batches = _file_batches(t, shared, progress)
       with commit.staging(out_dir) as staged:
-        entry = _write_source(t, batches, tokenizer, staged, dtype, shard_tokens)
+        entry = _write_source(t, encode.capped(batches, t.spec.max_tokens), tokenizer, staged, dtype,
+                              shard_tokens)
 
         def listing(listed, name=t.name, entry=entry):
           if listed:

@@ -285,9 +285,10 @@ def load_hub_tokenizer(name: str) -> Tokenizer:
     raise DataError(f"{what}: {repo} has neither tokenizer.json nor tokenizer.model") from e
 
 
-def load_tokenizer(spec: str | os.PathLike) -> Tokenizer:
+def load_tokenizer(spec: str | os.PathLike | Tokenizer) -> Tokenizer:
   """The tokenizer named by ``spec``: ``"bytes"``, tokenizers ``.json``, SentencePiece ``.model``,
-  or ``"hf:<repo>[@revision]"`` on the Hugging Face Hub (:func:`load_hub_tokenizer`).
+  or ``"hf:<repo>[@revision]"`` on the Hugging Face Hub (:func:`load_hub_tokenizer`); a tokenizer
+  already loaded (a run's ``run.data.tokenizer``) is returned as it is.
 
   A file with another extension is recognised by its content (JSON starts with ``{``).
 
@@ -295,6 +296,8 @@ def load_tokenizer(spec: str | os.PathLike) -> Tokenizer:
     >>> load_tokenizer("bytes").vocab_size
     257
   """
+  if not isinstance(spec, (str, os.PathLike)) and isinstance(spec, Tokenizer):
+    return spec
   spec = os.fspath(spec)
   if spec.startswith(HUB_PREFIX):
     return load_hub_tokenizer(spec)

@@ -42,12 +42,10 @@ def heldout_batch(config: ml_collections.ConfigDict, run: runconfig.Run, *,
     raise ValueError(f"sources must be a non-empty subset of {list(run.sources)}, got "
                      f"{list(sources)}")
   n = config.eval.sequences_per_source if sequences_per_source is None else sequences_per_source
-  tokenizer = data_lib.load_tokenizer(config.data.tokenizer)
-  data = data_lib.open_training_data(config.data, tokenizer, sources=run.sources, required=sources,
-                                     progress=False)
+  data = data_lib.open_training_data(run.data, required=sources, progress=False)
   parts = []
   for name in sources:
-    b = data_lib.eval_batches(data, name, seq_len=config.data.seq_len, num_sequences=n)
+    b = data_lib.eval_batches(data, name, seq_len=run.data.seq_len, num_sequences=n)
     parts.append(dict(b, source_ids=np.full((b["inputs"].shape[0],), run.sources.index(name),
                                             np.int32)))
   return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}

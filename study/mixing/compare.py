@@ -300,8 +300,7 @@ def measure_overhead(configs: dict, rounds: int, steps_per_round: int) -> dict:
   arms = list(configs)
   first = configs[arms[0]]
   run0 = runconfig.build(first)
-  tokenizer = data_lib.load_tokenizer(first.data.tokenizer)
-  data = data_lib.open_training_data(first.data, tokenizer, required=run0.evaluated)
+  data = data_lib.open_training_data(run0.data, required=run0.evaluated)
   sampler = data_lib.MixtureSampler(data, seq_len=first.data.seq_len,
                                     global_batch_size=first.data.global_batch_size, seed=0,
                                     process_index=0, process_count=1)

@@ -207,9 +207,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                              d_model=None)
   mixers.run_arm(mixers._config(exp, "uniform", 0, study), uniform_run)
   level = proxy_loss_level(uniform_run, SOURCES)
-  cfg = exp.get_config("uniform").data
-  tokenizer = data_lib.load_tokenizer(cfg.tokenizer)
-  data = data_lib.open_training_data(cfg, tokenizer, progress=False)
+  config = exp.get_config("uniform")
+  spec = data_lib.data_spec(config.data, config.sources)
+  tokenizer = spec.tokenizer
+  data = data_lib.open_training_data(spec, progress=False)
   train = [np.concatenate([np.asarray(m, np.int64) for m in data.shards(s, "train")])
            for s in SOURCES]
   held = [np.concatenate([np.asarray(m, np.int64) for m in data.shards(s, "eval")])[:EVAL_TOKENS]

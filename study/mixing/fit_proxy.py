@@ -503,6 +503,8 @@ def run() -> None:
                                   "override its model here to make the small proxy (the target "
                                   "is the file's own config: the probes' cost is counted in its "
                                   "runs)", lock_config=True)
+  from andrea_jax.data import formats   # --config.data.files.<source>.format, as for a run
+  formats.switch_on_parse(flags.FLAGS["config"])
   flags.DEFINE_string("workdir", None, "directory for the probes and proxy_fit.json")
   flags.DEFINE_float("ratio", 4.0, "a high source's share over a low one's in each probe")
   flags.DEFINE_float("lam", 1.0, "the fitted mixture's weight; 1 - lam stays uniform")

@@ -150,8 +150,7 @@ def uniform_run(cfg):
   state, train_step)``, the state at step 0 and the step jitted with the state donated."""
   from andrea_jax import data, runconfig, step, train
   run = runconfig.build(cfg)
-  tokenizer = data.load_tokenizer(cfg.data.tokenizer)
-  corpus = data.open_training_data(cfg.data, tokenizer, required=run.evaluated)
+  corpus = data.open_training_data(run.data, required=run.evaluated)
   sampler = data.MixtureSampler(corpus, seq_len=cfg.data.seq_len,
                                 global_batch_size=cfg.data.global_batch_size, seed=cfg.seed)
   state = train.init_state(run, train.run_keys(cfg.seed))

@@ -226,9 +226,7 @@ def pilot(config, steps: Sequence[int], *, batches: int = 4, iters: int = 10,
   if last > int(config.train.num_steps):
     raise ValueError(f"the last measurement reads the batches of steps {steps[-1]}..{last - 1}, "
                      f"past train.num_steps = {int(config.train.num_steps)}")
-  tokenizer = data.load_tokenizer(config.data.tokenizer)
-  corpus = data.open_training_data(config.data, tokenizer, required=run.evaluated,
-                                   progress=False)
+  corpus = data.open_training_data(run.data, required=run.evaluated, progress=False)
   sampler = data.MixtureSampler(corpus, seq_len=config.data.seq_len,
                                 global_batch_size=config.data.global_batch_size,
                                 seed=config.seed)

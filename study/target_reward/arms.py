@@ -69,8 +69,7 @@ def grid_mixture(name: str) -> dict[str, float]:
 def proportional_mixture(config) -> dict[str, float]:
   """Each source's share of the training tokens of the corpus ``config`` trains on."""
   from andrea_jax import data as data_lib
-  tokenizer = data_lib.load_tokenizer(config.data.tokenizer)
-  data = data_lib.open_training_data(config.data, tokenizer, sources=config.sources,
+  data = data_lib.open_training_data(data_lib.data_spec(config.data, config.sources),
                                      progress=False)
   tokens = {s: data.num_tokens(s, "train") for s in config.sources}
   total = sum(tokens.values())

@@ -56,7 +56,7 @@ from collections.abc import Mapping, Sequence
 from andrea_jax import storage
 from andrea_jax.data import readers
 from andrea_jax.data.corpora import stdlib_text
-from andrea_jax.data.cache import build_once
+from andrea_jax.data.cache import build_once, prepared_folder
 from andrea_jax.data.corpora.corrupt import corrupt_text
 from andrea_jax.data.errors import DataError
 from andrea_jax.data.hashing import hash_key
@@ -265,10 +265,13 @@ def generate_stdlib(out_dir: str, stdlib_dir: str | None = None, *,
   return _write(out_dir, inputs, packages, inputs_digest(inputs))
 
 
-def stdlib_specs(raw_dir: str) -> dict[str, readers.SourceSpec]:
-  """How :func:`prepare` reads the generated files."""
+def stdlib_specs(raw_dir: str, caps: Mapping[str, int] | None = None
+                 ) -> dict[str, readers.SourceSpec]:
+  """How :func:`prepare` reads the generated files; ``caps``: source -> ``max_tokens``."""
+  caps = caps or {}
   return {s: readers.SourceSpec(paths=(os.path.join(raw_dir, f"{s}.jsonl"),), format="jsonl",
-                                text_field="text", eval_fraction=STDLIB_EVAL_FRACTION)
+                                text_field="text", eval_fraction=STDLIB_EVAL_FRACTION,
+                                max_tokens=int(caps.get(s, 0)))
           for s in STDLIB_SOURCES}
 
 
@@ -294,10 +297,13 @@ def ensure_stdlib_raw(cache_dir: str, stdlib_dir: str | None = None, *,
 
 
 def ensure_stdlib(cache_dir: str, tokenizer: Tokenizer, stdlib_dir: str | None = None, *,
-                  packages: bool = False, workers: int = 1, progress: bool = False) -> str:
+                  packages: bool = False, workers: int = 1, progress: bool = False,
+                  caps: Mapping[str, int] | None = None) -> str:
   """Generates and prepares the standard-library corpus once; returns the prepared directory,
   ``<stdlib_root>/prepared-<tokenizer fingerprint[:16]>``. A second call re-reads the library and
-  re-checks the prepared sources, and does nothing else.
+  re-checks the prepared sources, and does nothing else. With ``caps`` (source -> ``max_tokens``,
+  a cap of whole documents) the corpus is prepared in ``prepared-<fingerprint[:16]>-capped``
+  beside it, which the uncapped one never shares.
 
   Example:
     >>> path = ensure_stdlib("~/.cache/andrea_jax", load_tokenizer("bytes"))
@@ -305,9 +311,9 @@ def ensure_stdlib(cache_dir: str, tokenizer: Tokenizer, stdlib_dir: str | None =
     True
   """
   raw = ensure_stdlib_raw(cache_dir, stdlib_dir, packages=packages)
-  out = os.path.join(os.path.dirname(raw), f"prepared-{tokenizer.fingerprint[:16]}")
-  prepare(stdlib_specs(raw), tokenizer, out, shard_tokens=STDLIB_SHARD_TOKENS, workers=workers,
-          progress=progress, known_sources=STDLIB_SOURCES)
+  out = prepared_folder(os.path.dirname(raw), tokenizer, caps)
+  prepare(stdlib_specs(raw, caps), tokenizer, out, shard_tokens=STDLIB_SHARD_TOKENS,
+          workers=workers, progress=progress, known_sources=STDLIB_SOURCES)
   return out
 
 

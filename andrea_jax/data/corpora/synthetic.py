@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 
 from andrea_jax import storage
 from andrea_jax.data import readers
-from andrea_jax.data.cache import build_once
+from andrea_jax.data.cache import build_once, prepared_folder
 from andrea_jax.data.prepare_lib import prepare
 from andrea_jax.data.corpora.styles import STYLES
 from andrea_jax.data.corpora.textgen import Stream
@@ -70,10 +71,13 @@ def generate_builtin(out_dir: str, scale: float = 1.0) -> dict[str, str]:
   return paths
 
 
-def builtin_specs(raw_dir: str) -> dict[str, readers.SourceSpec]:
-  """How :func:`prepare` reads the generated files."""
+def builtin_specs(raw_dir: str, caps: Mapping[str, int] | None = None
+                  ) -> dict[str, readers.SourceSpec]:
+  """How :func:`prepare` reads the generated files; ``caps``: source -> ``max_tokens``."""
+  caps = caps or {}
   return {s: readers.SourceSpec(paths=(os.path.join(raw_dir, f"{s}.jsonl"),), format="jsonl",
-                                text_field="text", eval_fraction=BUILTIN_EVAL_FRACTION)
+                                text_field="text", eval_fraction=BUILTIN_EVAL_FRACTION,
+                                max_tokens=int(caps.get(s, 0)))
           for s in SOURCES}
 
 
@@ -98,11 +102,14 @@ def ensure_builtin_raw(cache_dir: str, scale: float = 1.0) -> str:
 
 
 def ensure_builtin(cache_dir: str, tokenizer: Tokenizer, scale: float = 1.0, *, workers: int = 1,
-                   progress: bool = False) -> str:
+                   progress: bool = False, caps: Mapping[str, int] | None = None) -> str:
   """Generates and prepares the built-in corpus once; returns the prepared directory.
 
   The cache is keyed by the generator version, ``scale`` and the tokenizer's fingerprint:
   ``<cache_dir>/builtin/v1-scale1/prepared-<fingerprint[:16]>``. A second call only re-checks it.
+  With ``caps`` (source -> ``max_tokens``, a cap of whole documents) the corpus is prepared in
+  ``prepared-<fingerprint[:16]>-capped`` beside it (:func:`andrea_jax.data.cache.prepared_folder`),
+  which the uncapped one never shares.
 
   Example:
     >>> path = ensure_builtin("~/.cache/andrea_jax", load_tokenizer("bytes"))
@@ -110,7 +117,7 @@ def ensure_builtin(cache_dir: str, tokenizer: Tokenizer, scale: float = 1.0, *, 
     True
   """
   raw = ensure_builtin_raw(cache_dir, scale)
-  out = os.path.join(builtin_root(cache_dir, scale), f"prepared-{tokenizer.fingerprint[:16]}")
-  prepare(builtin_specs(raw), tokenizer, out, shard_tokens=BUILTIN_SHARD_TOKENS, workers=workers,
-          progress=progress)
+  out = prepared_folder(builtin_root(cache_dir, scale), tokenizer, caps)
+  prepare(builtin_specs(raw, caps), tokenizer, out, shard_tokens=BUILTIN_SHARD_TOKENS,
+          workers=workers, progress=progress)
   return out

@@ -25,9 +25,10 @@ manifest as local files. The dataset is read through the ``datasets`` library (t
 * ``streaming``: read without downloading the whole dataset first (``load_dataset(...,
   streaming=True)``, or ``to_iterable_dataset()`` for a directory). The rows, and so the shards,
   are the same either way; ``streaming`` is recorded but not part of the cache key.
-* ``max_tokens``: the source's token budget: the longest prefix of its documents (in dataset order)
+* ``max_tokens``: the source's cap, as every source has one
+  (:mod:`andrea_jax.data.prepare_lib`): the longest prefix of its documents (in dataset order)
   whose tokens, each document's leading end-of-document id included, add up to at most
-  ``max_tokens``; 0 reads everything.
+  ``max_tokens``; 0 reads everything. The dataset is read no further.
 
 The manifest records the dataset (name, subset, split, the resolved revision of a Hub dataset, the
 ``_fingerprint`` of a saved one), the SHA-256 of every local file read, and the options; a source
@@ -49,11 +50,10 @@ from andrea_jax.data.errors import DataError
 from andrea_jax.data.hub import files as hfhub
 from andrea_jax.data.hub import masks as chat_masks
 from andrea_jax.data.hub import rows as hub_rows
-from andrea_jax.data.hub.spec import HubSpec
+from andrea_jax.data.hub.spec import (BUILDERS, LAYOUTS, HubSpec,  # noqa: F401 (re-exported)
+                                      check_fields, saved_dir)
 from andrea_jax.data.hub.templates import ChatTemplate
 
-LAYOUTS = ("text", "messages", "tree")
-BUILDERS = ("json", "parquet", "csv", "text", "arrow")
 _EXTENSIONS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv",
                ".tsv": "csv", ".txt": "text", ".arrow": "arrow"}
 _COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst", ".lz4")
@@ -102,59 +102,20 @@ def _kind(spec: HubSpec) -> str:
   return "hub"
 
 
-def _is_scalar(v: Any) -> bool:
-  return v is None or isinstance(v, (str, int, float, bool))
-
-
 def check_hub_spec(source: str, spec: HubSpec) -> None:
   """Raises ``ValueError`` naming the source and the field for an invalid :class:`HubSpec`."""
-  bad = lambda field, why: ValueError(f"source {source!r}: {field} {why}, got "
-                                      f"{getattr(spec, field)!r}")
-  if spec.format != "hf":
-    raise bad("format", "must be 'hf'")
-  if not isinstance(spec.dataset, str) or (not spec.dataset and not spec.data_files):
-    raise bad("dataset", "must name a Hub dataset, a save_to_disk directory or a builder")
-  if isinstance(spec.data_files, str):
-    raise bad("data_files", "must be a list of globs, not a string")
-  if spec.data_files and spec.dataset not in ("",) + BUILDERS:
-    raise bad("dataset", f"must be one of {BUILDERS} (or '') when data_files is set")
-  path = os.path.expanduser(spec.dataset)
-  if not spec.data_files and os.path.isdir(path) and not _saved_dir(path):
-    raise ValueError(f"source {source!r}: directory {spec.dataset!r} was not written by "
-                     "save_to_disk (no dataset_info.json or dataset_dict.json); list its files in "
-                     "data_files instead")
-  if (not spec.data_files and not os.path.isdir(path)
-      and spec.dataset.startswith((os.sep, ".", "~"))):
-    raise bad("dataset", "looks like a path but is no directory")
-  if not isinstance(spec.split, str) or not spec.split:
-    raise bad("split", "must be a non-empty string")
-  if spec.layout not in LAYOUTS:
-    raise bad("layout", f"must be one of {LAYOUTS}")
-  field = {"text": "text_field", "messages": "messages_field", "tree": "text_field"}[spec.layout]
-  if not isinstance(getattr(spec, field), str) or not getattr(spec, field):
-    raise bad(field, f"must name a field for layout {spec.layout!r}")
-  if spec.filter_field and not (_is_scalar(spec.filter_value) or (
-      isinstance(spec.filter_value, (tuple, list)) and all(map(_is_scalar, spec.filter_value)))):
-    raise bad("filter_value", "must be a string, number, bool, None or a list of them")
-  if isinstance(spec.max_tokens, bool) or not isinstance(spec.max_tokens, int) or (
-      spec.max_tokens < 0):
-    raise bad("max_tokens", "must be an integer >= 0 (0: no budget)")
-  if not isinstance(spec.streaming, bool):
-    raise bad("streaming", "must be True or False")
-  if spec.loss_on not in chat_masks.LOSS_ON:
-    raise bad("loss_on", f"must be one of {chat_masks.LOSS_ON}")
-  if spec.loss_on != "all" and spec.layout == "text":
-    raise bad("loss_on", "needs conversations (layout 'messages' or 'tree'; layout 'text' has no "
-              "turns)")
-  if not isinstance(spec.tools_field, str):
-    raise bad("tools_field", "must be a field name ('' = none)")
-  if not 0.0 <= float(spec.eval_fraction) <= 0.5:
-    raise bad("eval_fraction", "must lie in [0, 0.5]")
-
-
-def _saved_dir(path: str) -> bool:
-  return any(os.path.isfile(os.path.join(path, f))
-             for f in ("dataset_info.json", "state.json", "dataset_dict.json"))
+  try:
+    check_fields(spec)
+    if spec.format != "hf":
+      raise ValueError(f"format must be 'hf', got {spec.format!r}")
+    if isinstance(spec.max_tokens, bool) or not isinstance(spec.max_tokens, int) or (
+        spec.max_tokens < 0):
+      raise ValueError(f"max_tokens must be an integer >= 0 (0: no budget), got "
+                       f"{spec.max_tokens!r}")
+    if not 0.0 <= float(spec.eval_fraction) <= 0.5:
+      raise ValueError(f"eval_fraction must lie in [0, 0.5], got {spec.eval_fraction!r}")
+  except ValueError as e:
+    raise ValueError(f"source {source!r}: {e}") from None
 
 
 def _files(source: str, spec: HubSpec) -> list[str]:

@@ -31,8 +31,8 @@ from andrea_jax.data.hub.chat import ConversationError, Message
 from andrea_jax.data.hub.templates import (PLAIN_LABELS, ChatTemplate, render_chat,
                                             render_generation_spans)
 from andrea_jax.data.errors import DataError
+from andrea_jax.data.hub.spec import LOSS_ON  # noqa: F401 (the option's values, with the spec)
 
-LOSS_ON = ("all", "assistant", "generation")
 Span = tuple[int, int]
 
 

@@ -115,8 +115,7 @@ def test_the_pilot_measures_the_state_before_each_step_on_that_steps_batches(dat
   assert got["steps_run"] == 11 and [m["step"] for m in got["measurements"]] == steps
 
   run = runconfig.build(config)
-  corpus = data.open_training_data(config.data, data.load_tokenizer(config.data.tokenizer),
-                                   required=run.evaluated, progress=False)
+  corpus = data.open_training_data(run.data, required=run.evaluated, progress=False)
   sampler = data.MixtureSampler(corpus, seq_len=config.data.seq_len,
                                 global_batch_size=config.data.global_batch_size, seed=config.seed)
   state = train.init_state(run, train.run_keys(config.seed))
