@@ -54,7 +54,7 @@ def main(argv):
   from ml_collections import config_flags
   FLAGS = flags.FLAGS
   from andrea_jax.data import DataError
-  from andrea_jax.workdir import WorkdirBusy, WorkdirLost
+  from andrea_jax.lock import WorkdirBusy, WorkdirLost
   if _stopped_before_start():
     return
   kept = f"the checkpoints in {_WORKDIR.value} are as they were"

@@ -1,7 +1,7 @@
 """A run's directory, opened: its lock, its checkpoints, ``config.json`` and its logs, in one object.
 
 The trainer receives a :class:`RunDir` from :func:`open_run_dir` and never handles the files
-itself. Opening takes the workdir's lock (:mod:`andrea_jax.workdir`: a second run on it is refused
+itself. Opening takes the workdir's lock (:mod:`andrea_jax.lock`: a second run on it is refused
 before anything is written) and refuses a checkpoint saved over other sources; the checkpoints
 open when first asked for (after the data, which may still refuse the run); nothing in the workdir
 changes yet. Once the run knows its start step (the checkpoint
@@ -31,7 +31,7 @@ from andrea_jax import checkpoint as ckpt_lib
 from andrea_jax import logs
 from andrea_jax import resume as resume_lib
 from andrea_jax import storage
-from andrea_jax import workdir as workdir_lib
+from andrea_jax import lock as lock_lib
 
 
 def make_workdir(workdir: str) -> None:
@@ -59,7 +59,7 @@ class RunDir:
     samples_path: ``samples.txt``.
   """
   path: str
-  lock: workdir_lib.WorkdirLock | workdir_lib._Joined
+  lock: lock_lib.WorkdirLock | lock_lib._Joined
   keep: int = 3
   keep_period: int = 0
   logger: logs.RunLogger | None = None
@@ -116,7 +116,7 @@ def open_run_dir(workdir: str, sources: tuple[str, ...], *, keep: int = 3,
     ...   rd.logger.write({"step": start, "loss": 2.3})
   """
   make_workdir(workdir)
-  with workdir_lib.hold(workdir) as lock:   # a second run is refused here, before any write
+  with lock_lib.hold(workdir) as lock:   # a second run is refused here, before any write
     resume_lib.check_sources(os.path.join(workdir, "checkpoints"), sources)   # before compiling
     rd = RunDir(path=workdir, lock=lock, keep=keep, keep_period=keep_period)
     try:

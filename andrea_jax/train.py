@@ -66,7 +66,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict | runconfig.Run, workdi
   ``train.stop_step`` ends the call after that step as at the run's end (an evaluation, a
   checkpoint; ``stopped_at`` in the summary): a later call with a larger one resumes from there and
   writes the logs an uninterrupted run would.
-  The call holds ``workdir``'s lock (:mod:`andrea_jax.workdir`) from before its first write to
+  The call holds ``workdir``'s lock (:mod:`andrea_jax.lock`) from before its first write to
   its return: a second run on the same workdir is refused with ``WorkdirBusy``. A write that fails
   for want of room or permission raises ``andrea_jax.storage.WriteError`` naming the file; the
   checkpoints saved before stay intact, and the same call, once there is room, resumes from them.
@@ -112,7 +112,7 @@ class Opened:
 def train_loop(run: runconfig.Run, rd: rundir_lib.RunDir, opened: Opened, start: int, end: int,
                signals: signals_lib.Signals, hooks: Sequence[hooks_lib.Hook] = ()) -> dict:
   """Steps ``start .. end - 1`` and the hooks after each; returns the summary (``interrupted_at``
-  when a signal stopped it). Stops with :class:`andrea_jax.workdir.WorkdirLost` if another run
+  when a signal stopped it). Stops with :class:`andrea_jax.lock.WorkdirLost` if another run
   took the workdir's lock."""
   feed = feed_lib.ScheduleFeed(curriculum.schedule(opened.state.curriculum), start,
                                run.curriculum.decision_lag)

@@ -18,7 +18,7 @@ PACKAGE = REPO / "andrea_jax"
 LAYERS = (
     {"checks", "plugins", "sources", "attention", "model", "simplex", "heads", "optim", "repetition",
      "storage", "signals", "xent"},
-    {"curriculum", "data", "cliff", "generate", "convert", "sharding", "distributed", "workdir",
+    {"curriculum", "data", "cliff", "generate", "convert", "sharding", "distributed", "lock",
      "probes", "pretrained", "hf_files", "scoring"},
     {"step"},
     {"runconfig", "config", "checkpoint", "feed", "logs", "plots", "evaluate", "viz", "resume",
@@ -193,7 +193,7 @@ def test_every_temporary_file_write_goes_through_storage():
   no module renames a temporary file into place itself. (The lock's takeover renames the lock
   file aside, the cache renames a finished directory, and a prepared source's finished files move
   from its staging folder: none is a file write.)"""
-  allowed = {"storage.py", "workdir.py", "cache.py", "commit.py"}
+  allowed = {"storage.py", "lock.py", "cache.py", "commit.py"}
   found = [str(p.relative_to(REPO)) for p in PACKAGE.rglob("*.py")
            if p.name not in allowed and re.search(r"os\.(replace|rename)\(", p.read_text())]
   assert not found, found

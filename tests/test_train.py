@@ -24,7 +24,7 @@ from andrea_jax import rundir
 from andrea_jax import runconfig
 from andrea_jax import step as step_lib
 from andrea_jax import train
-from andrea_jax import workdir as workdir_lib
+from andrea_jax import lock as lock_lib
 from tests.util import REPO, small_run_config, tensorboard_scalars
 from tests.faults import harness
 
@@ -151,7 +151,7 @@ def test_training_lowers_the_loss_and_writes_its_outputs(tmp_path, data_cache, m
   draw = plots.summary_plot
 
   def plot_while_held(workdir, *args, **kwargs):
-    holder = workdir_lib.holder(workdir)
+    holder = lock_lib.holder(workdir)
     drawn.append((holder and holder.pid, logs.read_jsonl(os.path.join(workdir, "metrics.jsonl"))))
     return draw(workdir, *args, **kwargs)
   monkeypatch.setattr(plots, "summary_plot", plot_while_held)

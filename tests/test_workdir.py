@@ -14,40 +14,40 @@ import time
 import pytest
 
 from andrea_jax import storage
-from andrea_jax import workdir as workdir_lib
+from andrea_jax import lock as lock_lib
 
 
-def _write_lock(workdir, **changes) -> workdir_lib.Holder:
+def _write_lock(workdir, **changes) -> lock_lib.Holder:
   """A lock file as another process would have left it: this process's fields, with ``changes``."""
-  holder = dataclasses.replace(workdir_lib.Holder.this_process(), **changes)
-  (workdir / workdir_lib.LOCK_FILE).write_text(json.dumps(dataclasses.asdict(holder)))
+  holder = dataclasses.replace(lock_lib.Holder.this_process(), **changes)
+  (workdir / lock_lib.LOCK_FILE).write_text(json.dumps(dataclasses.asdict(holder)))
   return holder
 
 
 def test_a_held_workdir_is_refused_naming_the_holder_and_released_at_exit(tmp_path):
   lines = []
-  lock = workdir_lib.acquire(str(tmp_path), log=lines.append)
+  lock = lock_lib.acquire(str(tmp_path), log=lines.append)
   path = tmp_path / "run.lock"
   held = json.loads(path.read_text())
   assert held["pid"] == os.getpid() and held["token"] == lock.holder.token
   before = path.read_bytes()
   start = time.monotonic()
-  with pytest.raises(workdir_lib.WorkdirBusy) as e:
-    workdir_lib.acquire(str(tmp_path), log=lines.append)
+  with pytest.raises(lock_lib.WorkdirBusy) as e:
+    lock_lib.acquire(str(tmp_path), log=lines.append)
   assert time.monotonic() - start < 1   # this machine: judged at once, no waiting
   assert (f"the workdir {tmp_path} is in use by another run: process {os.getpid()} on host "
           in str(e.value)) and str(path) in str(e.value)
   assert path.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["run.lock"]
   assert lines == []
-  assert workdir_lib.holder(str(tmp_path)).token == lock.holder.token   # read-only look
+  assert lock_lib.holder(str(tmp_path)).token == lock.holder.token   # read-only look
   lock.release()
   assert os.listdir(tmp_path) == []
-  workdir_lib.acquire(str(tmp_path)).release()   # free again
+  lock_lib.acquire(str(tmp_path)).release()   # free again
 
 
 def test_hold_releases_the_lock_when_the_block_raises(tmp_path):
   with pytest.raises(KeyboardInterrupt):
-    with workdir_lib.hold(str(tmp_path)) as lock:
+    with lock_lib.hold(str(tmp_path)) as lock:
       assert (tmp_path / "run.lock").exists() and lock.lost is None
       raise KeyboardInterrupt   # a second Ctrl-C
   assert not (tmp_path / "run.lock").exists()
@@ -59,7 +59,7 @@ def test_the_lock_of_a_process_that_no_longer_exists_is_taken_over_at_once(tmp_p
   dead = int(done.stdout)
   _write_lock(tmp_path, pid=dead, token="dead")
   lines = []
-  lock = workdir_lib.acquire(str(tmp_path), log=lines.append)
+  lock = lock_lib.acquire(str(tmp_path), log=lines.append)
   assert lines == [f"taking over the lock of {tmp_path}: process {dead} on host "
                    f"{lock.holder.host} (since " + lines[0].split("(since ")[1]]
   assert lines[0].endswith("which held it, no longer exists")
@@ -70,20 +70,20 @@ def test_the_lock_of_a_process_that_no_longer_exists_is_taken_over_at_once(tmp_p
 
 def test_a_reused_pid_and_a_zombie_do_not_hold_a_lock(tmp_path):
   # Our own pid, but written by a process started at another time: the pid was reused.
-  me = workdir_lib.Holder.this_process()
+  me = lock_lib.Holder.this_process()
   _write_lock(tmp_path, token="old", proc_start=me.proc_start - 1)
   lines = []
-  workdir_lib.acquire(str(tmp_path), log=lines.append).release()
+  lock_lib.acquire(str(tmp_path), log=lines.append).release()
   assert len(lines) == 1 and "no longer exists" in lines[0]
   # A child that exited but was not reaped yet is a zombie: its pid exists, its process does not.
   child = subprocess.Popen([sys.executable, "-c", "pass"])
   deadline = time.time() + 30
-  while workdir_lib._proc_stat(child.pid)[0] != "Z":
+  while lock_lib._proc_stat(child.pid)[0] != "Z":
     assert time.time() < deadline
     time.sleep(0.01)
   _write_lock(tmp_path, token="zombie", pid=child.pid,
-              proc_start=workdir_lib._proc_stat(child.pid)[1])
-  workdir_lib.acquire(str(tmp_path), log=lines.append).release()
+              proc_start=lock_lib._proc_stat(child.pid)[1])
+  lock_lib.acquire(str(tmp_path), log=lines.append).release()
   child.wait()
   assert len(lines) == 2 and f"process {child.pid} " in lines[1]
 
@@ -92,7 +92,7 @@ def test_a_lock_from_another_machine_is_taken_over_once_it_stops_being_renewed(t
   _write_lock(tmp_path, token="remote", host="gpu-7", boot_id="another-boot")
   lines = []
   start = time.monotonic()
-  lock = workdir_lib.acquire(str(tmp_path), lease_s=0.6, heartbeat_s=0.2, log=lines.append)
+  lock = lock_lib.acquire(str(tmp_path), lease_s=0.6, heartbeat_s=0.2, log=lines.append)
   waited = time.monotonic() - start
   assert 0.6 <= waited < 5
   assert lines[0].startswith(f"the workdir {tmp_path} is locked by process {os.getpid()} on host "
@@ -103,7 +103,7 @@ def test_a_lock_from_another_machine_is_taken_over_once_it_stops_being_renewed(t
   lock.release()
   # An unreadable file (a holder killed between creating it and writing it) too.
   (tmp_path / "run.lock").write_text("{")
-  workdir_lib.acquire(str(tmp_path), lease_s=0.3, heartbeat_s=0.1, log=lines.append).release()
+  lock_lib.acquire(str(tmp_path), lease_s=0.3, heartbeat_s=0.1, log=lines.append).release()
   assert "an unreadable lock file" in lines[-1]
 
 
@@ -119,8 +119,8 @@ def test_a_renewed_lock_from_another_machine_is_refused_within_a_heartbeat(tmp_p
   t.start()
   try:
     start = time.monotonic()
-    with pytest.raises(workdir_lib.WorkdirBusy, match="on host gpu-7"):
-      workdir_lib.acquire(str(tmp_path), lease_s=30, heartbeat_s=0.2, log=lambda line: None)
+    with pytest.raises(lock_lib.WorkdirBusy, match="on host gpu-7"):
+      lock_lib.acquire(str(tmp_path), lease_s=30, heartbeat_s=0.2, log=lambda line: None)
     assert time.monotonic() - start < 2
   finally:
     stop.set()
@@ -138,8 +138,8 @@ def test_of_many_processes_racing_for_one_stale_lock_exactly_one_wins(tmp_path):
     def contend(barrier=barrier, got=got):
       barrier.wait()
       try:
-        got.append(workdir_lib.acquire(str(tmp_path), log=lambda line: None))
-      except workdir_lib.WorkdirBusy:
+        got.append(lock_lib.acquire(str(tmp_path), log=lambda line: None))
+      except lock_lib.WorkdirBusy:
         got.append(None)
 
     threads = [threading.Thread(target=contend) for _ in range(6)]
@@ -160,7 +160,7 @@ def test_a_takeover_killed_halfway_does_not_block_the_next_one(tmp_path, monkeyp
   # A process killed between claiming a takeover and finishing it left its marker (and the stale
   # file it had moved aside): the next run waits out _TAKEOVER_S, then takes the lock, and removes
   # what is older than that.
-  monkeypatch.setattr(workdir_lib, "_TAKEOVER_S", 0.3)
+  monkeypatch.setattr(lock_lib, "_TAKEOVER_S", 0.3)
   seen = _write_lock(tmp_path, token="stale", pid=2**22 + 1)
   raw = (tmp_path / "run.lock").read_bytes()
   marker = tmp_path / f"run.lock.{hashlib.sha256(raw).hexdigest()[:16]}.takeover"
@@ -170,7 +170,7 @@ def test_a_takeover_killed_halfway_does_not_block_the_next_one(tmp_path, monkeyp
   old = time.time() - 10
   os.utime(aside, (old, old))
   lines = []
-  lock = workdir_lib.acquire(str(tmp_path), log=lines.append)
+  lock = lock_lib.acquire(str(tmp_path), log=lines.append)
   assert lines == [f"taking over the lock of {tmp_path}: {seen.describe()}, which held it, no "
                    "longer exists"]
   assert sorted(os.listdir(tmp_path)) == ["run.lock"]
@@ -202,7 +202,7 @@ def test_preparing_data_waits_its_turn_and_says_so(tmp_path, capsys):
 
 
 def test_the_heartbeat_renews_the_lock_and_notices_when_it_is_taken(tmp_path):
-  lock = workdir_lib.acquire(str(tmp_path), heartbeat_s=0.05)
+  lock = lock_lib.acquire(str(tmp_path), heartbeat_s=0.05)
   path = tmp_path / "run.lock"
   first = path.stat().st_mtime_ns
   os.utime(path, ns=(first - 10**9, first - 10**9))   # a second older
@@ -215,7 +215,7 @@ def test_the_heartbeat_renews_the_lock_and_notices_when_it_is_taken(tmp_path):
   while lock.lost is None:
     assert time.time() < deadline
     time.sleep(0.02)
-  with pytest.raises(workdir_lib.WorkdirLost, match=r"no longer holds the lock .*process 12345 "
+  with pytest.raises(lock_lib.WorkdirLost, match=r"no longer holds the lock .*process 12345 "
                                                     r"on host gpu-7"):
     lock.raise_if_lost()
   lock.release()
@@ -232,7 +232,7 @@ def test_an_unwritable_workdir_is_a_write_error_naming_the_lock(tmp_path, monkey
 
   monkeypatch.setattr(os, "open", read_only)
   with pytest.raises(storage.WriteError) as e:
-    workdir_lib.acquire(str(tmp_path))
+    lock_lib.acquire(str(tmp_path))
   assert str(e.value) == (f"cannot write {tmp_path / 'run.lock'}: Read-only file system (EROFS). "
                           f"Nothing was written in {tmp_path}: give a --workdir this user can "
                           "write to, on a disk with free space")
@@ -308,8 +308,8 @@ def test_a_stale_lock_removed_between_the_look_and_the_rename_is_looked_at_again
       os.remove(src)          # gone between the look and the rename
     return real_rename(src, dst)
 
-  monkeypatch.setattr(workdir_lib.os, "rename", removed_first)
-  lock = workdir_lib.acquire(str(tmp_path), log=lambda line: None)
+  monkeypatch.setattr(lock_lib.os, "rename", removed_first)
+  lock = lock_lib.acquire(str(tmp_path), log=lambda line: None)
   assert calls == [str(tmp_path / "run.lock")]
   assert json.loads((tmp_path / "run.lock").read_text())["token"] == lock.holder.token
   lock.release()
@@ -332,22 +332,22 @@ def test_an_unexpected_error_of_process_0_reaches_the_other_processes(tmp_path, 
   def fail(*args, **kwargs):
     raise PermissionError(13, "Permission denied", str(tmp_path / "run.lock"))
 
-  monkeypatch.setattr(workdir_lib.jax, "process_count", lambda: 2)
+  monkeypatch.setattr(lock_lib.jax, "process_count", lambda: 2)
   monkeypatch.setattr(multihost_utils, "broadcast_one_to_all", broadcast)
-  monkeypatch.setattr(workdir_lib, "acquire", fail)
+  monkeypatch.setattr(lock_lib, "acquire", fail)
   if index == 1:   # what process 0 broadcast, as process 1 receives it
-    monkeypatch.setattr(workdir_lib.jax, "process_index", lambda: 0)
+    monkeypatch.setattr(lock_lib.jax, "process_index", lambda: 0)
     with pytest.raises(PermissionError):
-      with workdir_lib.hold(str(tmp_path)):
+      with lock_lib.hold(str(tmp_path)):
         pass
-    monkeypatch.setattr(workdir_lib.jax, "process_index", lambda: 1)
-    with pytest.raises(workdir_lib.WorkdirBusy, match=r"process 0 could not take the workdir's "
+    monkeypatch.setattr(lock_lib.jax, "process_index", lambda: 1)
+    with pytest.raises(lock_lib.WorkdirBusy, match=r"process 0 could not take the workdir's "
                                                       r"lock: PermissionError: .*Permission denied"):
-      with workdir_lib.hold(str(tmp_path)):
+      with lock_lib.hold(str(tmp_path)):
         pass
   else:
-    monkeypatch.setattr(workdir_lib.jax, "process_index", lambda: 0)
+    monkeypatch.setattr(lock_lib.jax, "process_index", lambda: 0)
     with pytest.raises(PermissionError, match="Permission denied"):
-      with workdir_lib.hold(str(tmp_path)):
+      with lock_lib.hold(str(tmp_path)):
         pass
     assert len(sent) == 1 and bytes(sent[0]).rstrip(b"\0").startswith(b"PermissionError")

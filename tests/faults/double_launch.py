@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from andrea_jax import workdir as workdir_lib
+from andrea_jax import lock as lock_lib
 from tests.faults import harness
 
 _RESUMED = re.compile(r"(?:resuming|starting) from step (\d+)")
@@ -74,7 +74,7 @@ def _trial(config, other, workdir: Path, env, rng, log: Path, timeout: float) ->
     second = subprocess.run(harness.command(other, workdir), cwd=harness.REPO, env=env,
                             capture_output=True, text=True, timeout=timeout, check=False)
     refused_after = time.time() - start
-    holder = workdir_lib.holder(str(workdir))
+    holder = lock_lib.holder(str(workdir))
     refused = (second.returncode == 1
                and f"is in use by another run: process {proc.pid} on host" in second.stderr
                and not _RESUMED.search(second.stdout + second.stderr))

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from andrea_jax import plots
-from andrea_jax import workdir as workdir_lib
+from andrea_jax import lock as lock_lib
 from andrea_jax.checkpoint import load_checkpoint
 from andrea_jax.sources import SOURCES
 from tests.faults import double_launch, harness
@@ -81,7 +81,7 @@ def test_a_second_run_is_refused_and_a_killed_one_is_taken_over_and_resumed(refe
                             capture_output=True, text=True, timeout=300)
     refused_after = time.time() - start
     assert second.returncode == 1, second.stdout + second.stderr
-    holder = workdir_lib.holder(str(workdir))
+    holder = lock_lib.holder(str(workdir))
     assert holder.pid == first.pid
     assert (f"error: the workdir {workdir} is in use by another run: process {first.pid} on host "
             f"{holder.host} (since ") in second.stderr, second.stderr
@@ -124,7 +124,7 @@ def test_a_second_run_is_refused_and_a_killed_one_is_taken_over_and_resumed(refe
       reader.join()
   assert read and read[0].step >= stopped
   assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(read[0].params))
-  assert workdir_lib.holder(str(workdir)).pid == resumed.pid
+  assert lock_lib.holder(str(workdir)).pid == resumed.pid
   newest = max(harness.final_steps(ckpts))
 
   seg = harness.run_segment(config, workdir, "none", env=env, rng=np.random.default_rng(0),
