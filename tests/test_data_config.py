@@ -61,7 +61,7 @@ def test_validation_of_files():
     validate_data_config(cfg)
   cfg.files.chat.paths = "a/*.jsonl, b/*.jsonl"
   cfg.files.chat.format = "csv"
-  with pytest.raises(ValueError, match=r"data\.files\.chat\.format = 'csv' is not a built-in "
+  with pytest.raises(ValueError, match=r"data\.files\.chat\.format = 'csv': not a built-in "
                                        r"format \(jsonl, text, parquet, hf\)"):
     validate_data_config(cfg)
   cfg.files.chat.format = "jsonl"

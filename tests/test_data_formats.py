@@ -108,7 +108,7 @@ def _files(**sections):
 
 
 @pytest.mark.parametrize("change, match", [
-    (dict(format="csv"), r"data\.files\.docs\.format = 'csv' is not a built-in format "
+    (dict(format="csv"), r"data\.files\.docs\.format = 'csv': not a built-in format "
                          r"\(jsonl, text, parquet, hf\); a format of your own is named "
                          r"'package\.module:factory'"),
     (dict(format="no_such_module:reader"), r"data\.files\.docs\.format = "
@@ -276,6 +276,6 @@ def test_the_format_code_a_new_format_touches_is_one_module():
   assert list(formats.BUILTIN) == ["jsonl", "text", "parquet", "hf"]
   assert formats.factory("jsonl") is formats.BUILTIN["jsonl"]
   assert formats.factory("andrea_jax.data.readers:Text") is formats.BUILTIN["text"]
-  with pytest.raises(ValueError, match=r"module 'andrea_jax\.data\.readers' has no callable "
+  with pytest.raises(ValueError, match=r"module 'andrea_jax\.data\.readers' has no "
                                        r"'Nope'"):
     formats.factory("andrea_jax.data.readers:Nope")

@@ -35,11 +35,8 @@ the new format's fields).
 from __future__ import annotations
 
 import functools
-import importlib
-import inspect
 import re
 import sys
-import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -47,6 +44,7 @@ import ml_collections
 from ml_collections import config_dict
 
 from andrea_jax import checks
+from andrea_jax import plugins
 from andrea_jax.data import readers
 from andrea_jax.data.hub import spec as hub_spec
 
@@ -105,49 +103,28 @@ class Source(NamedTuple):
 
 
 def factory(name: str, where: str = "data.files.<source>.format") -> Callable[..., Any]:
-  """The factory ``name`` names: a built-in, or ``"package.module:factory"`` imported. A
-  ``ValueError`` names ``where`` and the built-ins when it names nothing usable."""
-  if not isinstance(name, str) or not name:
-    raise ValueError(f"{where} = {name!r}: name a built-in format ({', '.join(BUILTIN)}) or "
-                     "'package.module:factory'")
-  if name in BUILTIN:
-    return BUILTIN[name]
-  module_name, _, attr = name.partition(":")
-  if not module_name or not attr:
-    raise ValueError(f"{where} = {name!r} is not a built-in format ({', '.join(BUILTIN)}); a "
-                     "format of your own is named 'package.module:factory'")
-  try:
-    module = importlib.import_module(module_name)
-  except ImportError as e:
-    raise ValueError(f"{where} = {name!r}: cannot import {module_name!r} ({e})") from None
-  found = getattr(module, attr, None)
+  """The factory ``name`` names: a built-in, or ``"package.module:factory"`` imported
+  (:func:`andrea_jax.plugins.resolve`). A ``ValueError`` names ``where`` and the built-ins when
+  it names nothing usable."""
+  found = plugins.resolve(f"{where} = {name!r}", name, BUILTIN, "format")
   if not callable(found):
-    raise ValueError(f"{where} = {name!r}: module {module_name!r} has no callable {attr!r}")
+    raise ValueError(f"{where} = {name!r}: {name.partition(':')[2]!r} is not callable")
   return found
 
 
 @functools.lru_cache(maxsize=None)
 def arguments(make: Callable) -> tuple[tuple[str, type, Any], ...]:
-  """``(name, type, default)`` of each argument of the format factory ``make`` (cached)."""
+  """``(name, type, default)`` of each argument of the format factory ``make``
+  (:func:`andrea_jax.plugins.arguments`): scalars only, none named as a field every source has."""
   where = f"format factory {getattr(make, '__qualname__', make)!r}"
-  try:
-    hints = typing.get_type_hints(make)
-  except Exception:   # unresolvable annotations: fall back to the defaults' types
-    hints = {}
-  out = []
-  for p in inspect.signature(make).parameters.values():
-    if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-      raise TypeError(f"{where} takes *{p.name}: its arguments must be named, with defaults")
-    if p.default is p.empty:
-      raise TypeError(f"{where}: argument {p.name!r} has no default (a config needs one)")
-    if p.name in COMMON or p.name == "format":
-      raise TypeError(f"{where}: argument {p.name!r} is a field every source has; leave it out")
-    kind = hints.get(p.name, type(p.default))
+  out = plugins.arguments(make)
+  for name, kind, _ in out:
+    if name in COMMON or name == "format":
+      raise TypeError(f"{where}: argument {name!r} is a field every source has; leave it out")
     if kind not in _SCALARS:
-      raise TypeError(f"{where}, {p.name!r}: a format's arguments must be bool, int, float or "
+      raise TypeError(f"{where}, {name!r}: a format's arguments must be bool, int, float or "
                       f"str, got {kind!r}")
-    out.append((p.name, kind, p.default))
-  return tuple(out)
+  return out
 
 
 def source_section(format: str = DEFAULT, **values) -> ml_collections.ConfigDict:
@@ -185,14 +162,7 @@ def has_data(section: ml_collections.ConfigDict, where: str = "data.files.<sourc
   return not takes or any(section.get(f) for f in takes)
 
 
-def _value(where: str, kind: type, value):
-  if kind is bool:
-    return checks.flag(where, value)
-  if kind is int:
-    return checks.integer(where, value, int32=False)
-  if kind is float:
-    return checks.number(where, value)
-  return checks.text(where, value)
+_value = plugins.value
 
 
 def check(where: str, section: ml_collections.ConfigDict, eval_fraction: float) -> Source:
