@@ -227,3 +227,14 @@ def test_the_trainer_imports_no_hub_code_nor_any_corpus():
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                        cwd=REPO)
   assert out.stdout.strip() == "['andrea_jax.data.hub.spec']", out.stdout
+
+
+def test_every_plug_in_is_found_and_read_by_one_module():
+  """A name the config gives (a mixer, a reward, a probe, a data format, an optimizer update, a
+  hook, a metric) is imported by :func:`andrea_jax.plugins.resolve` and its factory's signature
+  read by :func:`andrea_jax.plugins.arguments`: no other module imports by name or reads a
+  signature, so every extension point is opened the same way."""
+  found = [f"{p.relative_to(REPO)}: {m}" for p in PACKAGE.rglob("*.py") if p.name != "plugins.py"
+           for m in ("import_module(", "get_type_hints(", "inspect.signature(")
+           if m in p.read_text()]
+  assert not found, found
