@@ -41,7 +41,8 @@ def _check_temperature(temperature) -> None:
 
 def check_top_p(top_p) -> float | None:
   """``top_p`` as the sampler uses it: ``None`` (off) for ``None`` or ``1.0``, else a float in
-  ``(0, 1)``; ``TypeError``/``ValueError`` naming the value otherwise (it is static under ``jit``)."""
+  ``(0, 1)``; ``TypeError``/``ValueError`` naming the value otherwise (it is static under
+  ``jit``)."""
   top_p = checks.number("top_p", top_p, low=0, high=1, low_open=True, optional=True)
   return None if top_p == 1.0 else top_p
 

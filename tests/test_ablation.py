@@ -137,7 +137,8 @@ def test_loop_baseline_trains_the_same_variant(result):
 
 @pytest.mark.parametrize("variants, match", [
     ([{"warmup": 3}], r"variants\[0\] has unknown field\(s\) \['warmup'\]"),
-    ([{}, {"warmup_steps": 9}], r"variants\[1\].warmup_steps must be <= 6, got 9 \(num_steps = 6\)"),
+    ([{}, {"warmup_steps": 9}],
+     r"variants\[1\].warmup_steps must be <= 6, got 9 \(num_steps = 6\)"),
     ([{"warmup_steps": -1}], r"variants\[0\].warmup_steps must be >= 0, got -1 \(num_steps = 6\)"),
     ([{"peak_lr": -1.0}], r"variants\[0\].peak_lr must be > 0, got -1.0"),
     ([{"init_std": float("inf")}], r"variants\[0\].init_std must be finite, got inf"),
@@ -220,9 +221,9 @@ def test_a_wsd_sweep_is_checked_on_its_own_warmups_not_the_config_files():
 @pytest.mark.slow
 def test_counts_may_be_numpy_integers_and_rates_must_fit_float32(data_cache):
   c = _config()
-  with pytest.raises(ValueError, match=r"variants\[0\].peak_lr must be within float32's normal range "
-                                       r"\[1.175e-38, 3.403e\+38\], got 1e\+39 \(the precision the "
-                                       r"step runs in\)"):
+  with pytest.raises(ValueError, match=r"variants\[0\].peak_lr must be within float32's normal "
+                                       r"range \[1.175e-38, 3.403e\+38\], got 1e\+39 \(the "
+                                       r"precision the step runs in\)"):
     ablation.resolve_variants(c, [{"peak_lr": 1e39}], STEPS)
   with pytest.raises(ValueError, match="chunk_steps must be >= 1, got 0"):
     ablation.train_variants(c, [{}], np.int64(STEPS), chunk_steps=0)
