@@ -23,7 +23,8 @@ PyTree = Any
 def _map(f: Callable[[jax.Array], jax.Array], xs: jax.Array, batch_size: int | None) -> jax.Array:
   if batch_size is None:
     return jax.vmap(f)(xs)
-  checks.integer("batch_size", batch_size, minimum=1, optional=True)
+  # optional: the message says what the field takes (None, handled above, or an int >= 1).
+  batch_size = checks.integer("batch_size", batch_size, minimum=1, optional=True)
   return jax.lax.map(f, xs, batch_size=batch_size)
 
 
