@@ -36,6 +36,7 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 
+from andrea_jax import checks
 from andrea_jax import runconfig
 from andrea_jax import storage
 from andrea_jax.model import init_params
@@ -119,8 +120,7 @@ def _seal_problem(step_dir: str, seal_path: str) -> str | None:
     parts = rel.replace("\\", "/").split("/")
     if os.path.isabs(rel) or ".." in parts or "" in parts or rel in (SEAL, _SEAL_TMP):
       return f"{seal_path} lists {rel!r}, a path outside the checkpoint"
-    if (not isinstance(want, dict) or isinstance(want.get("size"), bool)
-        or not isinstance(want.get("size"), int) or want["size"] < 0
+    if (not isinstance(want, dict) or not checks.is_integer(want.get("size")) or want["size"] < 0
         or not isinstance(want.get("sha256"), str) or not _SHA256.fullmatch(want["sha256"])):
       return f"{seal_path} has a malformed entry for {rel!r}: {want!r}"
   for rel, want in sorted(files.items()):

@@ -55,6 +55,8 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from andrea_jax import checks
+
 _MAD_TO_STD = 1.4826  # 1 / Phi^{-1}(3/4): MAD * this = std for Gaussian noise
 _NEVER = -(2**30)  # last_flag_step before any flag: far enough that no cooldown applies
 _BASELINES = ("mixture", "total")
@@ -106,32 +108,23 @@ class CliffConfig:
   baseline: str = "mixture"
 
   def __post_init__(self):
-    def is_int(v):
-      return isinstance(v, int) and not isinstance(v, bool)
-
-    def is_num(v):
-      return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-    if not is_int(self.window) or self.window < 3:
-      raise ValueError(f"cliff.window must be an int >= 3, got {self.window!r}")
-    if not is_num(self.threshold) or not 0 < self.threshold < float("inf"):
-      raise ValueError(f"cliff.threshold must be a finite number > 0, got {self.threshold!r}")
-    if not is_num(self.min_relative_drop) or not 0 <= self.min_relative_drop < 1:
-      raise ValueError(
-          f"cliff.min_relative_drop must be in [0, 1), got {self.min_relative_drop!r}")
-    if not is_int(self.warmup) or self.warmup < 0:
-      raise ValueError(f"cliff.warmup must be an int >= 0, got {self.warmup!r}")
-    if not isinstance(self.respond, bool):
-      raise TypeError(f"cliff.respond must be a bool, got {self.respond!r}")
-    if not is_int(self.cooldown) or self.cooldown < 0:
-      raise ValueError(f"cliff.cooldown must be an int >= 0, got {self.cooldown!r}")
-    if not isinstance(self.require_source, bool):
-      raise TypeError(f"cliff.require_source must be a bool, got {self.require_source!r}")
-    if not is_int(self.min_source_history) or not 1 <= self.min_source_history <= self.window:
-      raise ValueError(f"cliff.min_source_history must be an int in [1, window={self.window}], "
-                       f"got {self.min_source_history!r}")
-    if self.baseline not in _BASELINES:
-      raise ValueError(f"cliff.baseline must be one of {_BASELINES}, got {self.baseline!r}")
+    # Stored as checked: a numpy integer becomes an int (the config is static under jit).
+    fields = {
+        "window": checks.integer("cliff.window", self.window, minimum=3),
+        "threshold": checks.number("cliff.threshold", self.threshold, low=0, low_open=True),
+        "min_relative_drop": checks.number("cliff.min_relative_drop", self.min_relative_drop,
+                                           low=0, high=1, high_open=True),
+        "warmup": checks.integer("cliff.warmup", self.warmup, minimum=0),
+        "respond": checks.flag("cliff.respond", self.respond),
+        "cooldown": checks.integer("cliff.cooldown", self.cooldown, minimum=0),
+        "require_source": checks.flag("cliff.require_source", self.require_source),
+    }
+    fields["min_source_history"] = checks.integer(
+        "cliff.min_source_history", self.min_source_history, minimum=1, maximum=fields["window"],
+        hint=f"at most cliff.window = {fields['window']}")
+    fields["baseline"] = checks.choice("cliff.baseline", self.baseline, _BASELINES)
+    for name, value in fields.items():
+      object.__setattr__(self, name, value)
 
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict | dict[str, Any]) -> CliffConfig:
@@ -185,10 +178,8 @@ def cliff_init(num_sources: int, window: int) -> CliffState:
   Example:
     >>> state = cliff_init(16, cfg.window)
   """
-  if isinstance(num_sources, bool) or not isinstance(num_sources, int) or num_sources < 1:
-    raise ValueError(f"num_sources must be a positive int, got {num_sources!r}")
-  if isinstance(window, bool) or not isinstance(window, int) or window < 3:
-    raise ValueError(f"window must be an int >= 3, got {window!r}")
+  num_sources = checks.integer("cliff_init: num_sources", num_sources, minimum=1)
+  window = checks.integer("cliff_init: window", window, minimum=3)
   # One buffer per field: the trainer donates the state, and XLA refuses to donate one buffer twice.
   def empty(*shape):
     return jnp.full(shape, jnp.nan, jnp.float32)

@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 import safetensors.numpy
 
+from andrea_jax import checks
 from andrea_jax.model import ModelConfig, PyTree, init_params
 
 _SAFETENSORS_NAME = "model.safetensors"
@@ -236,8 +237,8 @@ def hf_gpt2_config(config: ModelConfig, eod_id: int | None = None) -> dict[str, 
   tokenizer itself is not exported.
   """
   eod = config.vocab_size - 1 if eod_id is None else eod_id
-  if isinstance(eod, bool) or not isinstance(eod, int) or not 0 <= eod < config.vocab_size:
-    raise ValueError(f"eod_id must be a token id in [0, {config.vocab_size}), got {eod_id!r}")
+  eod = checks.integer("hf_gpt2_config: eod_id", eod, minimum=0, maximum=config.vocab_size - 1,
+                       hint=f"a token id below the model's vocab_size = {config.vocab_size}")
   return {
       "architectures": ["GPT2LMHeadModel"],
       "model_type": "gpt2",

@@ -18,6 +18,8 @@ import os
 import jax
 import ml_collections
 
+from andrea_jax import checks
+
 
 def distributed_config() -> ml_collections.ConfigDict:
   d = ml_collections.ConfigDict()
@@ -41,8 +43,7 @@ def maybe_initialize(config: ml_collections.ConfigDict) -> bool:
   addr = d.coordinator_address or os.environ.get("JAX_COORDINATOR_ADDRESS", "")
   for name, value, least in (("num_processes", d.num_processes, 0),
                              ("process_id", d.process_id, -1)):
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-      raise ValueError(f"distributed.{name} must be an integer >= {least}, got {value!r}")
+    checks.integer(f"distributed.{name}", value, minimum=least)
   num = d.num_processes or _env_int("JAX_NUM_PROCESSES", 0)
   pid = d.process_id if d.process_id >= 0 else _env_int("JAX_PROCESS_ID", -1)
   if num < 0:

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from andrea_jax import checks
 from andrea_jax import data as data_lib
 from andrea_jax import repetition
 from andrea_jax.data import bpb
@@ -45,8 +46,7 @@ def eval_chunks(batch: dict[str, np.ndarray], chunk_rows: int) -> list[dict[str,
     >>> [c["inputs"].shape[0] for c in eval_chunks({"inputs": ..., ...}, 32)]  # 80 rows
     [32, 32, 32]
   """
-  if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
-    raise ValueError(f"chunk_rows must be an integer >= 1, got {chunk_rows!r}")
+  chunk_rows = checks.integer("eval_chunks: chunk_rows", chunk_rows, minimum=1)
   rows = len(batch["inputs"])
   pad = -rows % chunk_rows
   padded = {k: np.concatenate([v, np.zeros((pad,) + v.shape[1:], v.dtype)])

@@ -12,12 +12,11 @@ probability, renormalised over what ``top_k`` left, reaches ``p``).
 
 from __future__ import annotations
 
-import numbers
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from andrea_jax import checks
 from andrea_jax.model import ModelConfig, PyTree, Transformer
 
 
@@ -42,13 +41,10 @@ def _check_temperature(temperature) -> None:
 
 def check_top_p(top_p) -> float | None:
   """``top_p`` as the sampler uses it: ``None`` (off) for ``None`` or ``1.0``, else a float in
-  ``(0, 1)``; ``ValueError`` naming the value otherwise (it is static under ``jit``)."""
-  if top_p is None:
-    return None
-  if (isinstance(top_p, bool) or not isinstance(top_p, numbers.Real)
-      or not 0 < float(top_p) <= 1):
-    raise ValueError(f"top_p must be a number in (0, 1]; got {top_p!r}")
-  return None if float(top_p) == 1.0 else float(top_p)
+  ``(0, 1)``; ``TypeError``/``ValueError`` naming the value otherwise (it is static under
+  ``jit``)."""
+  top_p = checks.number("top_p", top_p, low=0, high=1, low_open=True, optional=True)
+  return None if top_p == 1.0 else top_p
 
 
 def nucleus_mask(sorted_logits_BxK: jax.Array, top_p: float) -> jax.Array:
@@ -134,10 +130,7 @@ def generate(params: PyTree, config: ModelConfig, prompt_BxP: jax.Array, key: ja
     raise ValueError(f"prompt must be [batch, length] token ids; got shape {jnp.shape(prompt_BxP)} "
                      "(one prompt: [[ids...]])")
   B, P = jnp.shape(prompt_BxP)
-  if (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral)
-      or max_new_tokens < 0):
-    raise ValueError(f"max_new_tokens must be a non-negative int; got {max_new_tokens!r}")
-  max_new_tokens = int(max_new_tokens)
+  max_new_tokens = checks.integer("generate: max_new_tokens", max_new_tokens, minimum=0)
   if not isinstance(prompt_BxP, jax.core.Tracer):
     ids = np.asarray(prompt_BxP)
     bad = np.flatnonzero((ids < 0) | (ids >= config.vocab_size)) if ids.size else []
@@ -150,12 +143,11 @@ def generate(params: PyTree, config: ModelConfig, prompt_BxP: jax.Array, key: ja
   if P + max_new_tokens > config.max_len:
     raise ValueError(f"prompt length {P} + max_new_tokens {max_new_tokens} exceeds "
                      f"config.max_len={config.max_len}")
-  limit = config.vocab_size if vocab_limit is None else vocab_limit
-  if (isinstance(limit, bool) or not isinstance(limit, numbers.Integral)
-      or not 1 <= limit <= config.vocab_size):
-    raise ValueError(f"vocab_limit must be an int in [1, {config.vocab_size}]; got {vocab_limit!r}")
-  if top_k is not None and not 1 <= top_k <= limit:
-    raise ValueError(f"top_k must be in [1, {limit}]; got {top_k!r}")
+  limit = checks.integer("generate: vocab_limit",
+                         config.vocab_size if vocab_limit is None else vocab_limit, minimum=1,
+                         maximum=config.vocab_size, hint="the model's vocab_size")
+  checks.integer("generate: top_k", top_k, minimum=1, maximum=limit, optional=True,
+                 hint="the vocabulary" if vocab_limit is None else "the vocab_limit")
   rows_greedy = tuple(greedy) if isinstance(greedy, (tuple, list)) else (bool(greedy),) * B
   if len(rows_greedy) != B:
     raise ValueError(f"greedy must be one bool or one per prompt row ({B}); got {greedy!r}")

@@ -54,6 +54,7 @@ except ImportError as e:   # an optional extra
   raise ImportError("the lm-evaluation-harness backend needs lm-eval: "
                     "pip install 'andrea_jax[eval]'") from e
 
+from andrea_jax import checks
 from andrea_jax import hf_files
 from andrea_jax import scoring
 from andrea_jax import trained
@@ -227,7 +228,7 @@ def flat_results(results: dict[str, Any]) -> dict[str, float]:
   out = {}
   for task, metrics in results.get("results", {}).items():
     for name, value in metrics.items():
-      if isinstance(value, (int, float)) and not isinstance(value, bool):
+      if checks.is_number(value):
         out[f"{task}/{name.removesuffix(',none')}"] = float(value)
   return out
 
@@ -286,8 +287,7 @@ def main(argv: list[str] | None = None) -> int:
   tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
   limit = None if args.limit is None else (int(args.limit) if args.limit >= 1 else args.limit)
   try:
-    if args.batch_size < 1:
-      raise ValueError(f"--batch_size must be >= 1, got {args.batch_size}")
+    checks.integer("--batch_size", args.batch_size, minimum=1)
     if args.include_path is not None and not os.path.isdir(args.include_path):
       raise ValueError(f"--include_path {args.include_path} is not a directory")
     lm = AndreaLM(trained.load(args.workdir, args.step, args.hf), batch_size=args.batch_size,

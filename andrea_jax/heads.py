@@ -19,13 +19,12 @@ a random ``B`` (``Dh / D`` for two random heads: 0.25 for the tiny model's 32 of
 
 from __future__ import annotations
 
-import numbers
-
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from andrea_jax import checks
 from andrea_jax.model import ModelConfig
 
 PyTree = Any
@@ -44,10 +43,9 @@ def head_projections(params: PyTree, config: ModelConfig, layer: int) -> dict[st
     >>> p["q"].shape   # (num_heads, d_model, head_dim)
     (4, 128, 32)
   """
-  if isinstance(layer, bool) or not isinstance(layer, numbers.Integral) or not (
-      0 <= layer < config.num_layers):
-    raise ValueError(f"layer must be an int in [0, {config.num_layers}), got {layer!r}")
-  layer = int(layer)
+  layer = checks.integer("head_projections: layer", layer, minimum=0,
+                         maximum=config.num_layers - 1,
+                         hint=f"a layer of the model's num_layers = {config.num_layers}")
   kernel_Dx3D = params[f"h_{layer}"]["attn"]["c_attn"]["kernel"]
   d, h, dh = config.d_model, config.num_heads, config.head_dim
   w_Dx3xHxDh = jnp.reshape(kernel_Dx3D, (d, 3, h, dh))

@@ -29,6 +29,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from andrea_jax import checks
 from andrea_jax import storage
 
 # Dense bf16 peak FLOP/s by device kind, for MFU. CPU has no meaningful peak: MFU is not reported.
@@ -163,7 +164,7 @@ class _EventFile:
     step, now = record["step"], time.time()
     for k, v in record.items():
       summary = None
-      if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
+      if k != "step" and checks.is_number(v):   # a bool is not a scalar to plot
         summary = scalar(k, v)
       elif isinstance(v, str) and k.startswith("sample"):
         summary = text(k, v)

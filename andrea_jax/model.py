@@ -40,7 +40,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from andrea_jax import attention
+from andrea_jax import attention, checks
 
 PyTree = Any
 
@@ -88,31 +88,26 @@ class ModelConfig:
   split_qkv: bool = True
 
   def __post_init__(self):
+    # Each field checked under its config name (the run's model section), stored as checked (a
+    # numpy integer becomes an int: the config goes to JSON).
     for name in ("vocab_size", "max_len", "num_layers", "num_heads", "d_model", "d_mlp",
                  "vocab_multiple"):
-      value = getattr(self, name)
-      if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"ModelConfig.{name} must be a positive int; got {value!r}")
+      object.__setattr__(self, name, checks.integer(f"model.{name}", getattr(self, name),
+                                                    minimum=1))
     if self.d_model % self.num_heads != 0:
-      raise ValueError(f"ModelConfig.num_heads={self.num_heads} does not divide "
-                       f"d_model={self.d_model}")
-    if self.dtype not in DTYPES:
-      raise ValueError(f"ModelConfig.dtype must be one of {DTYPES}; got {self.dtype!r}")
-    if self.attention_impl not in ATTENTION_IMPLS:
-      raise ValueError(f"ModelConfig.attention_impl must be one of {ATTENTION_IMPLS}; "
-                       f"got {self.attention_impl!r}")
+      raise ValueError(f"model.num_heads={self.num_heads} does not divide "
+                       f"model.d_model={self.d_model}")
+    checks.choice("model.dtype", self.dtype, DTYPES)
+    checks.choice("model.attention_impl", self.attention_impl, ATTENTION_IMPLS)
     if self.attention_impl == "cudnn" and self.dtype != "bfloat16":
-      raise ValueError(f"ModelConfig.attention_impl='cudnn' needs dtype='bfloat16' (cuDNN's fused "
+      raise ValueError(f"model.attention_impl='cudnn' needs dtype='bfloat16' (cuDNN's fused "
                        f"attention takes fp16/bf16 only); got dtype={self.dtype!r}: use 'auto', "
                        "which falls back to XLA in float32")
     for name in ("remat", "split_qkv"):
-      if not isinstance(getattr(self, name), bool):
-        raise ValueError(f"ModelConfig.{name} must be a bool; got {getattr(self, name)!r}")
+      object.__setattr__(self, name, checks.flag(f"model.{name}", getattr(self, name)))
     for name in ("init_std", "layer_norm_eps"):
-      value = getattr(self, name)
-      if (isinstance(value, bool) or not isinstance(value, (int, float))
-          or not 0 < value < float("inf")):
-        raise ValueError(f"ModelConfig.{name} must be a positive finite number; got {value!r}")
+      object.__setattr__(self, name, checks.number(f"model.{name}", getattr(self, name), low=0,
+                                                   low_open=True))
 
   @property
   def padded_vocab_size(self) -> int:

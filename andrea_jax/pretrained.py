@@ -42,7 +42,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from andrea_jax import convert
+from andrea_jax import checks, convert
 from andrea_jax.data.errors import DataError
 from andrea_jax.model import ModelConfig, PyTree
 
@@ -91,8 +91,7 @@ def init_spec(section: Any) -> InitSpec | None:
     raise TypeError(f"init must be a section with from_hf and from_run, got {section!r}")
   from_hf, from_run = section.get("from_hf", ""), section.get("from_run", "")
   for name, value in (("from_hf", from_hf), ("from_run", from_run)):
-    if not isinstance(value, str):
-      raise TypeError(f"init.{name} must be a string (a path, or '' for none), got {value!r}")
+    checks.text(f"init.{name}", value, hint="a path, or '' for none")
   if from_hf and from_run:
     raise ValueError(f"cannot specify both init.from_hf = {from_hf!r} and init.from_run = "
                      f"{from_run!r}: a run starts from one set of weights")

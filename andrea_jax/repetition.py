@@ -19,6 +19,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from andrea_jax import checks
+
 TextOrTokens = str | Sequence[int] | np.ndarray
 
 _WORD = re.compile(r"\w+")
@@ -40,8 +42,7 @@ def _ids(x: TextOrTokens) -> np.ndarray:
 
 
 def _check_n(n: int) -> None:
-  if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-    raise ValueError(f"n must be a positive int, got {n!r}")
+  checks.integer("n", n, minimum=1)
 
 
 def _counts(x: TextOrTokens, n: int) -> tuple[int, int]:

@@ -36,6 +36,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from andrea_jax import checks
 from andrea_jax import generate as gen_lib
 from andrea_jax import trained
 
@@ -66,7 +67,8 @@ def check_settings(model: trained.TrainedModel, num_prompt: int, *, num_samples:
                    max_new_tokens: int | None, temperature: float, top_k: int | None,
                    top_p: float | None, greedy: bool) -> int:
   """The number of new tokens, once every setting is valid; ``ValueError`` naming the flag and
-  the numbers otherwise (``max_new_tokens=None``: as many as fit, at most 256)."""
+  the numbers otherwise, ``TypeError`` for a value of the wrong type (``max_new_tokens=None``: as
+  many as fit, at most 256)."""
   max_len = model.config.max_len
   room = max_len - num_prompt
   if room < 1:
@@ -74,25 +76,19 @@ def check_settings(model: trained.TrainedModel, num_prompt: int, *, num_samples:
                      f"model's context holds {max_len}: no room for a new token; shorten it")
   if max_new_tokens is None:
     max_new_tokens = min(room, DEFAULT_NEW_TOKENS)
-  if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or (
-      max_new_tokens < 1):
-    raise ValueError(f"--max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+  max_new_tokens = checks.integer("--max_new_tokens", max_new_tokens, minimum=1)
   if max_new_tokens > room:
     raise ValueError(f"the prompt is {num_prompt} tokens (with the end-of-document id) and "
                      f"--max_new_tokens {max_new_tokens} asks for {num_prompt + max_new_tokens} "
                      f"positions, more than the model's context of {max_len}: lower "
                      f"--max_new_tokens to {room} or shorten the prompt")
-  if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
-    raise ValueError(f"--num_samples must be an integer >= 1, got {num_samples!r}")
+  checks.integer("--num_samples", num_samples, minimum=1)
   if not greedy:
-    t = temperature
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < float("inf"):
-      raise ValueError(f"--temperature must be a finite number > 0, got {t!r} (--greedy takes "
-                       "the most probable token)")
+    checks.number("--temperature", temperature, low=0, low_open=True,
+                  hint="--greedy takes the most probable token")
     gen_lib.check_top_p(top_p)
-    if top_k is not None and not 1 <= top_k <= model.vocab_limit:
-      raise ValueError(f"--top_k must be in [1, {model.vocab_limit}] (the vocabulary), got "
-                       f"{top_k!r}")
+    checks.integer("--top_k", top_k, minimum=1, maximum=model.vocab_limit, optional=True,
+                   hint="the vocabulary")
   return max_new_tokens
 
 

@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from andrea_jax import checks
 from andrea_jax.model import ModelConfig, PyTree, Transformer
 
 MIN_BUCKET = 16
@@ -70,9 +71,8 @@ class Scorer:
   """
 
   def __init__(self, params: PyTree, config: ModelConfig, batch_size: int = 16):
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-      raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-    self.params, self.config, self.batch_size = params, config, batch_size
+    self.params, self.config = params, config
+    self.batch_size = checks.integer("Scorer: batch_size", batch_size, minimum=1)
     model = Transformer(config)
 
     def scored(params, inputs_BxT, targets_BxT):

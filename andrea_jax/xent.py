@@ -68,6 +68,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from andrea_jax import checks
+
 LOGITS_DTYPES = (None, "float32", "bfloat16")
 
 
@@ -88,9 +90,8 @@ class XentConfig:
     if self.logits_dtype not in LOGITS_DTYPES:
       raise ValueError(f"XentConfig.logits_dtype must be one of {LOGITS_DTYPES}; got "
                        f"{self.logits_dtype!r}")
-    if isinstance(self.block_rows, bool) or not isinstance(self.block_rows, int) \
-        or self.block_rows < 0:
-      raise ValueError(f"XentConfig.block_rows must be an int >= 0; got {self.block_rows!r}")
+    object.__setattr__(self, "block_rows",
+                       checks.integer("XentConfig.block_rows", self.block_rows, minimum=0))
 
 
 def _acc(dtype):

@@ -137,13 +137,28 @@ def test_loop_baseline_trains_the_same_variant(result):
 
 @pytest.mark.parametrize("variants, match", [
     ([{"warmup": 3}], r"variants\[0\] has unknown field\(s\) \['warmup'\]"),
-    ([{}, {"warmup_steps": 9}], r"variants\[1\].warmup_steps must be an integer in \[0, num_steps"),
-    ([{"peak_lr": -1.0}], r"variants\[0\].peak_lr must be a finite number > 0, got -1.0"),
-    ([{"seed": 2**31}], r"variants\[0\].seed must be an integer"),
+    ([{}, {"warmup_steps": 9}],
+     r"variants\[1\].warmup_steps must be <= 6, got 9 \(num_steps = 6\)"),
+    ([{"warmup_steps": -1}], r"variants\[0\].warmup_steps must be >= 0, got -1 \(num_steps = 6\)"),
+    ([{"peak_lr": -1.0}], r"variants\[0\].peak_lr must be > 0, got -1.0"),
+    ([{"init_std": float("inf")}], r"variants\[0\].init_std must be finite, got inf"),
+    ([{"seed": 2**31}], r"variants\[0\].seed must be below 2\*\*31 \(an int32\), got 2147483648"),
+    ([{"seed": -1}], r"variants\[0\].seed must be >= 0, got -1"),
     ([], "non-empty list"),
 ])
 def test_bad_variants_are_rejected_with_the_field(variants, match):
   with pytest.raises(ValueError, match=match):
+    ablation.resolve_variants(_config(), variants, STEPS)
+
+
+@pytest.mark.parametrize("variants, match", [
+    ([{"seed": 1.0}], r"variants\[0\].seed must be an integer, got 1.0"),
+    ([{"warmup_steps": True}], r"variants\[0\].warmup_steps must be an integer, got True"),
+    ([{"peak_lr": "1e-3"}], r"variants\[0\].peak_lr must be a number, got '1e-3'"),
+    ([{"init_std": np.bool_(True)}], r"variants\[0\].init_std must be a number, got "),
+])
+def test_a_variant_value_of_the_wrong_type_is_a_type_error(variants, match):
+  with pytest.raises(TypeError, match=match):
     ablation.resolve_variants(_config(), variants, STEPS)
 
 
@@ -197,22 +212,24 @@ def test_a_wsd_sweep_is_checked_on_its_own_warmups_not_the_config_files():
   # A variant that sets no warmup takes the config's, and is told where the value came from.
   c = _config()
   c.optim.warmup_steps = 20
-  with pytest.raises(ValueError, match=r"variants\[0\].warmup_steps must be an integer in \[0, "
-                                       r"num_steps = 6\], got 20 \(optim.warmup_steps: the "
-                                       r"variant sets none\)"):
+  with pytest.raises(ValueError, match=r"variants\[0\].warmup_steps must be <= 6, got 20 "
+                                       r"\(num_steps = 6; optim.warmup_steps: the variant sets "
+                                       r"none\)"):
     ablation.resolve_variants(c, [{"seed": 1}], STEPS)
 
 
 @pytest.mark.slow
 def test_counts_may_be_numpy_integers_and_rates_must_fit_float32(data_cache):
   c = _config()
-  with pytest.raises(ValueError, match=r"variants\[0\].peak_lr = 1e\+39 is outside float32"):
+  with pytest.raises(ValueError, match=r"variants\[0\].peak_lr must be within float32's normal "
+                                       r"range \[1.175e-38, 3.403e\+38\], got 1e\+39 \(the "
+                                       r"precision the step runs in\)"):
     ablation.resolve_variants(c, [{"peak_lr": 1e39}], STEPS)
-  with pytest.raises(ValueError, match="chunk_steps must be an integer >= 1, got 0"):
+  with pytest.raises(ValueError, match="chunk_steps must be >= 1, got 0"):
     ablation.train_variants(c, [{}], np.int64(STEPS), chunk_steps=0)
   r = ablation.train_variants(c, [{"warmup_steps": 0}], np.int64(2), eval_every=np.int64(0),
                               samples=False)
   assert r.loss.shape == (1, 2)
-  with pytest.raises(ValueError, match="last must be an integer >= 1, got 0"):
+  with pytest.raises(ValueError, match="final_loss: last must be >= 1, got 0"):
     r.final_loss(last=0)
   np.testing.assert_allclose(r.final_loss(last=1), r.loss[:, -1])

@@ -90,7 +90,10 @@ def test_config_section_round_trips_and_is_validated():
       cliff.CliffConfig(**{field: value})
   with pytest.raises(ValueError, match="unknown cliff config field.*'windw'"):
     cliff.CliffConfig.from_config({"windw": 10})
-  with pytest.raises(ValueError, match="num_sources"):
+  with pytest.raises(ValueError, match=r"cliff.min_source_history must be <= 200, got 500 \(at "
+                                       r"most cliff.window = 200\)"):
+    cliff.CliffConfig(min_source_history=500)
+  with pytest.raises(ValueError, match="cliff_init: num_sources must be >= 1, got 0"):
     cliff.cliff_init(0, 10)
 
 

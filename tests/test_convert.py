@@ -91,8 +91,11 @@ def test_state_dict_round_trip_and_hf_config():
   assert (hf_cfg.bos_token_id, hf_cfg.eos_token_id) == (99, 99)   # the byte tokenizer's place
   # A BPE trained here has its end of document at 0: the export must say so.
   assert convert.hf_gpt2_config(CFG, eod_id=0)["eos_token_id"] == 0
-  with pytest.raises(ValueError, match=r"eod_id must be a token id in \[0, 100\), got 100"):
+  with pytest.raises(ValueError, match=r"hf_gpt2_config: eod_id must be <= 99, got 100 \(a token "
+                                       r"id below the model's vocab_size = 100\)"):
     convert.hf_gpt2_config(CFG, eod_id=100)
+  with pytest.raises(TypeError, match=r"hf_gpt2_config: eod_id must be an integer, got 9.0"):
+    convert.hf_gpt2_config(CFG, eod_id=9.0)
 
 
 def test_save_safetensors_writes_the_tokenizers_end_of_document(tmp_path):

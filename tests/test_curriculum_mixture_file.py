@@ -76,11 +76,18 @@ def test_the_experiment_trains_under_the_file(tmp_path):
     ({"schedule": []}, "non-empty list"),
     ({"schedule": [{"start": 0.2}]}, r"schedule\[0\], the first part, starts at step 20, not 0"),
     ({"schedule": [{"start": 0}, {"start": 0}]}, r"schedule\[1\] starts at step 0, not after"),
-    ({"schedule": [{"start": 1.0}]}, r"schedule\[0\] needs start .* got start = 1.0"),
-    ({"schedule": [{"start_step": 100}]}, r"start_step = 100 is not a step in \[0, 100\)"),
+    ({"schedule": [{"start": 1.0}]}, r"schedule\[0\].start must be in \[0, 1\), got 1.0 \(a "
+     r"fraction of the run; or give start_step\)"),
+    ({"schedule": [{"mixture": {"code": 1}}]}, r"schedule\[0\] needs start \(a fraction of the run "
+     r"in \[0, 1\)\) or start_step"),
+    ({"schedule": [{"start_step": 100}]}, r"schedule\[0\].start_step must be <= 99, got 100 \(a "
+     r"step of the run: train.num_steps = 100\)"),
+    ({"schedule": [{"start_step": -1}]}, r"schedule\[0\].start_step must be >= 0, got -1"),
     ({"schedule": [{"start": 0, "mixture": {"music": 1}}]}, "names 'music', not a source"),
-    ({"schedule": [{"start": 0, "mixture": {"code": -1}}]}, r"mixture.code = -1 is not a finite"),
-    ({"schedule": [{"start": 0, "mixture": {"code": float("nan")}}]}, "code = nan is not"),
+    ({"schedule": [{"start": 0, "mixture": {"code": -1}}]},
+     r"schedule\[0\].mixture.code must be >= 0, got -1.0"),
+    ({"schedule": [{"start": 0, "mixture": {"code": float("nan")}}]},
+     r"schedule\[0\].mixture.code must be finite, got nan"),
     ({"schedule": [{"start": 0, "mixture": {"code": 0}}]}, "every weight is 0"),
     ({"sources": ["docs", "code", "reference"], "schedule": [{"start": 0}]},
      r"written for the sources \['docs', 'code', 'reference'\]"),
@@ -92,6 +99,20 @@ def test_a_bad_file_is_refused_naming_the_file_and_the_entry(tmp_path, content, 
   with pytest.raises(ValueError, match=message) as e:
     read_mixture_file(path, num_steps=100, sources=SOURCES)
   assert str(path) in str(e.value)
+
+
+@pytest.mark.parametrize("part, message", [
+    ({"start": "0"}, r"schedule\[0\].start must be a number, got '0'"),
+    ({"start_step": 0.0}, r"schedule\[0\].start_step must be an integer, got 0.0"),
+    ({"start": 0, "mixture": {"code": True}}, r"schedule\[0\].mixture.code must be a number, got "
+     "True"),
+])
+def test_a_value_of_the_wrong_type_is_a_type_error_naming_the_file(tmp_path, part, message):
+  path = tmp_path / "fit.json"
+  path.write_text(json.dumps({"schedule": [part]}))
+  with pytest.raises(TypeError, match=message) as e:
+    read_mixture_file(path, num_steps=100, sources=SOURCES)
+  assert str(e.value).startswith(f"mixture file {path}: ")
 
 
 def test_a_missing_file_is_named(tmp_path):

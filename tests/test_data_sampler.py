@@ -102,10 +102,12 @@ def test_allocate_names_the_source_and_checks_batch_size():
   w[7] = -w[7]
   with pytest.raises(ValueError, match="'dictionary'"):
     allocate(w, 16, SOURCES)
-  with pytest.raises(ValueError, match="batch_size"):
+  with pytest.raises(ValueError, match="allocate: batch_size must be >= 1, got 0"):
     allocate(np.ones(2) / 2, 0)
+  with pytest.raises(TypeError, match="allocate: batch_size must be an integer, got 4.0"):
+    allocate(np.ones(2) / 2, 4.0)
   assert np.allclose(allocate(np.array([0.5 + 4e-6, 0.5]), 4), [2, 2])  # within tolerance
-  with pytest.raises(ValueError, match=r"offset must be in \[0, 1\), got 1.0"):
+  with pytest.raises(ValueError, match=r"allocate: offset must be in \[0, 1\), got 1.0"):
     allocate(np.ones(2) / 2, 4, offset=1.0)
 
 
@@ -289,8 +291,12 @@ def test_batch_argument_errors(data):
   sampler = MixtureSampler(data, seq_len=SEQ, global_batch_size=8, seed=0)
   with pytest.raises(ValueError, match="shape"):
     sampler.batch(0, np.ones(15) / 15)
-  with pytest.raises(ValueError, match="step"):
+  with pytest.raises(ValueError, match="MixtureSampler.batch: step must be >= 0, got -1"):
     sampler.batch(-1, np.ones(16) / 16)
+  with pytest.raises(ValueError, match="MixtureSampler: seq_len must be >= 1, got 0"):
+    MixtureSampler(data, seq_len=0, global_batch_size=8, seed=0)
+  with pytest.raises(TypeError, match="MixtureSampler: process_index must be an integer, got True"):
+    MixtureSampler(data, seq_len=SEQ, global_batch_size=8, seed=0, process_index=True)
 
 
 def test_absent_source_with_weight_is_a_data_error(tmp_path):

@@ -184,7 +184,8 @@ def test_an_eod_id_other_than_the_tokenizers_is_refused(prepared):
     PreparedData.open(prepared, tokenizer=BYTES, required=SUBSET)
   m["tokenizer"]["eod_id"] = 257  # without a tokenizer to compare with: still inside the vocab
   _save(prepared, m)
-  with pytest.raises(DataError, match=r"eod_id 257 is not a token id below the vocabulary size"):
+  with pytest.raises(DataError, match=r"manifest.json: eod_id must be <= 256, got 257 \(a token id "
+                                      r"below the vocabulary size 257\)"):
     PreparedData.open(prepared, required=SUBSET)
 
 
@@ -205,7 +206,10 @@ def test_a_shard_outside_the_directory_is_refused(prepared, tmp_path):
     (lambda m: m.update(sources=list(m["sources"])), "malformed manifest"),
     (lambda m: m["tokenizer"].pop("fingerprint"), "malformed manifest"),
     (lambda m: m["sources"]["chat"]["shards"]["train"][0].update(tokens=12.5),
-     r"shard 'chat.train.00000.bin' of source 'chat' has tokens 12.5, not a count"),
+     r"shard 'chat.train.00000.bin' of source 'chat': tokens must be an integer, got 12.5 "
+     r"\(a count\)"),
+    (lambda m: m["sources"]["chat"]["shards"]["train"][0].update(tokens=-1),
+     r"shard 'chat.train.00000.bin' of source 'chat': tokens must be >= 0, got -1 \(a count\)"),
 ])
 def test_a_malformed_manifest_is_a_data_error(prepared, edit, message):
   m = _manifest(prepared)

@@ -67,8 +67,11 @@ def test_eval_chunks_cut_and_pad_by_hand():
   np.testing.assert_array_equal(chunks[2]["segment_ids"], [[1, 1], [0, 0]])   # padding counts 0
   assert chunks[0]["inputs"].dtype == np.int32
   assert len(eval_lib.eval_chunks(batch, 5)) == 1
-  for bad in (0, -1, 2.0, True):
-    with pytest.raises(ValueError, match="chunk_rows must be an integer >= 1"):
+  for bad, error, message in ((0, ValueError, "must be >= 1, got 0"),
+                              (-1, ValueError, "must be >= 1, got -1"),
+                              (2.0, TypeError, "must be an integer, got 2.0"),
+                              (True, TypeError, "must be an integer, got True")):
+    with pytest.raises(error, match=f"eval_chunks: chunk_rows {message}"):
       eval_lib.eval_chunks(batch, bad)
 
 

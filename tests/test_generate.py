@@ -153,8 +153,10 @@ def test_argument_validation():
     run(max_new_tokens=2, top_k=0)
   with pytest.raises(ValueError, match="temperature.*0"):
     run(max_new_tokens=2, temperature=0.0)
-  with pytest.raises(ValueError, match="max_new_tokens.*-1"):
+  with pytest.raises(ValueError, match="generate: max_new_tokens must be >= 0, got -1"):
     run(max_new_tokens=-1)
+  with pytest.raises(TypeError, match="generate: max_new_tokens must be an integer, got 2.0"):
+    run(max_new_tokens=2.0)
   np.testing.assert_array_equal(run(max_new_tokens=0), PROMPT)
 
 
@@ -202,8 +204,9 @@ def test_vocab_limit_keeps_every_new_id_below_it():
   unlimited = np.asarray(gen.generate(PARAMS, CFG, PROMPT, jax.random.key(3), max_new_tokens=12,
                                       temperature=5.0))
   assert (unlimited[:, PROMPT.shape[1]:] >= limit).any()   # the limit is what kept them below
-  with pytest.raises(ValueError, match=r"top_k must be in \[1, 7\]"):
+  with pytest.raises(ValueError, match=r"generate: top_k must be <= 7, got 8 \(the vocab_limit\)"):
     gen.generate(PARAMS, CFG, PROMPT, jax.random.key(0), max_new_tokens=2, vocab_limit=7, top_k=8)
-  with pytest.raises(ValueError, match=r"vocab_limit must be an int in \[1, "):
+  with pytest.raises(ValueError, match=rf"generate: vocab_limit must be <= {CFG.vocab_size}, got "
+                     rf"{CFG.vocab_size + 1} \(the model's vocab_size\)"):
     gen.generate(PARAMS, CFG, PROMPT, jax.random.key(0), max_new_tokens=2,
                  vocab_limit=CFG.vocab_size + 1)

@@ -82,6 +82,18 @@ def test_the_scorer_does_not_depend_on_the_batch_size():
   np.testing.assert_allclose([x[0] for x in a], [x[0] for x in b], atol=1e-5)
 
 
+def test_the_scorers_batch_size_and_the_flat_results_keep_to_numbers():
+  params = hf_util.random_params(std=0.3)
+  with pytest.raises(ValueError, match="Scorer: batch_size must be >= 1, got 0"):
+    scoring.Scorer(params, hf_util.CFG, 0)
+  with pytest.raises(TypeError, match="Scorer: batch_size must be an integer, got True"):
+    scoring.Scorer(params, hf_util.CFG, True)
+  assert scoring.Scorer(params, hf_util.CFG, np.int64(3)).batch_size == 3
+  results = {"results": {"mc": {"acc,none": 0.25, "n,none": 3, "flag,none": True,
+                                "alias": "mc", "f32,none": np.float32(0.5)}}}
+  assert harness.flat_results(results) == {"mc/acc": 0.25, "mc/n": 3.0, "mc/f32": 0.5}
+
+
 def _task(folder, name, output_type, rows, **fields) -> None:
   """A local lm-eval task: its rows as JSON, its YAML naming them by absolute path."""
   data = os.path.join(folder, f"{name}.json")

@@ -125,9 +125,13 @@ def test_overlap_matrix_matches_pairs():
 def test_errors_name_the_problem():
   cfg = tiny(num_layers=1, num_heads=2, d_model=16, d_mlp=32, max_len=8, vocab_size=20)
   params = _init(cfg, jax.random.key(0))
-  with pytest.raises(ValueError, match=r"layer must be an int in \[0, 1\), got 1"):
+  with pytest.raises(ValueError, match=r"head_projections: layer must be <= 0, got 1 \(a layer of "
+                                       r"the model's num_layers = 1\)"):
     heads.head_projections(params, cfg, 1)
-  with pytest.raises(ValueError, match=r"layer must be an int in \[0, 1\), got 0.0"):
+  with pytest.raises(ValueError, match=r"head_projections: layer must be >= 0, got -1"):
+    heads.head_projections(params, cfg, -1)
+  # A float is not a layer, even a whole one: a TypeError (andrea_jax.checks).
+  with pytest.raises(TypeError, match=r"head_projections: layer must be an integer, got 0.0"):
     heads.head_projections(params, cfg, 0.0)
   with pytest.raises(ValueError, match="same D"):
     heads.principal_angles(jnp.ones((3, 1)), jnp.ones((4, 1)))

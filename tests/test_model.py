@@ -36,24 +36,33 @@ def _apply(cfg, p, tokens, segment_ids=None, positions=None):
 
 # --- config ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("field, value", [
-    ("num_heads", 5),          # does not divide d_model=128
-    ("d_model", 0),
-    ("vocab_size", -3),
-    ("num_layers", 2.0),
-    ("max_len", True),
-    ("dtype", "float16"),
-    ("attention_impl", "flash"),
-    ("init_std", 0.0),
-    ("layer_norm_eps", -1e-5),
-    ("vocab_multiple", 0),
-    ("remat", "yes"),
-    ("split_qkv", 1),
+# A value of the wrong type is a TypeError (andrea_jax.checks), one outside the field's range a
+# ValueError; either names the field and the value.
+@pytest.mark.parametrize("field, value, error", [
+    ("num_heads", 5, ValueError),          # does not divide d_model=128
+    ("d_model", 0, ValueError),
+    ("vocab_size", -3, ValueError),
+    ("num_layers", 2.0, TypeError),
+    ("max_len", True, TypeError),
+    ("dtype", "float16", ValueError),
+    ("attention_impl", "flash", ValueError),
+    ("init_std", 0.0, ValueError),
+    ("layer_norm_eps", -1e-5, ValueError),
+    ("init_std", float("inf"), ValueError),
+    ("vocab_multiple", 0, ValueError),
+    ("remat", "yes", TypeError),
+    ("split_qkv", 1, TypeError),
 ])
-def test_invalid_config_names_field_and_value(field, value):
-  with pytest.raises(ValueError) as e:
+def test_invalid_config_names_field_and_value(field, value, error):
+  with pytest.raises(error) as e:
     m.tiny(**{field: value})
-  assert field in str(e.value) and repr(value) in str(e.value)
+  assert f"model.{field}" in str(e.value) and repr(value) in str(e.value)
+
+
+def test_config_stores_numpy_numbers_as_python_ones():
+  cfg = m.tiny(num_layers=np.int64(2), init_std=np.float32(0.5))
+  assert type(cfg.num_layers) is int and cfg.num_layers == 2
+  assert type(cfg.init_std) is float and cfg.init_std == 0.5
 
 
 def test_from_dict_rejects_unknown_keys_and_round_trips():

@@ -98,8 +98,7 @@ def test_maybe_initialize_validates_before_connecting(monkeypatch):
   for field, value in (("num_processes", -3), ("process_id", -7)):
     c = small_run_config()
     c.distributed[field] = value
-    with pytest.raises(ValueError, match=rf"distributed.{field} must be an integer >= -?\d, "
-                                         rf"got {value}"):
+    with pytest.raises(ValueError, match=rf"distributed.{field} must be >= -?\d, got {value}"):
       distributed.maybe_initialize(c)
 
 

@@ -167,7 +167,8 @@ def test_the_init_section_is_validated():
     spec(from_hf="a", from_run="b")
   with pytest.raises(ValueError, match="the step after ':' must be >= 0"):
     spec(from_run="runs/a:-3")
-  with pytest.raises(TypeError, match="init.from_hf must be a string"):
+  with pytest.raises(TypeError, match=r"init.from_hf must be a string, got 3 \(a path, or '' for "
+                                      r"none\)"):
     spec(from_hf=3)
   # And runconfig.build makes it, the run's one new field.
   assert runconfig.build(small_run_config(init__from_run="runs/a:7")).init.run_step == 7

@@ -81,10 +81,19 @@ def test_top_p_one_is_the_sampler_without_it_bit_for_bit_and_tiny_top_p_is_greed
   np.testing.assert_array_equal(top1, greedy)
 
 
-@pytest.mark.parametrize("bad", [0.0, -0.5, 1.5, float("nan"), "0.9", True])
-def test_a_top_p_outside_zero_one_is_refused(bad):
-  with pytest.raises(ValueError, match=r"top_p must be a number in \(0, 1\]; got"):
+@pytest.mark.parametrize("bad, error, message", [
+    (0.0, ValueError, "top_p must be in (0, 1], got 0.0"),
+    (-0.5, ValueError, "top_p must be in (0, 1], got -0.5"),
+    (1.5, ValueError, "top_p must be in (0, 1], got 1.5"),
+    (float("nan"), ValueError, "top_p must be finite, got nan"),
+    # A value of the wrong type is a TypeError (andrea_jax.checks).
+    ("0.9", TypeError, "top_p must be a number or None, got '0.9'"),
+    (True, TypeError, "top_p must be a number or None, got True"),
+])
+def test_a_top_p_outside_zero_one_is_refused(bad, error, message):
+  with pytest.raises(error) as e:
     gen.sample_logits(jnp.zeros((1, 4)), jax.random.key(0), top_p=bad)
+  assert str(e.value) == message
 
 
 def test_greedy_text_equals_transformers_generate_on_the_exported_folder(tmp_path):
@@ -128,12 +137,16 @@ def test_samples_depend_on_the_seed_only_and_stop_at_the_end_of_a_document():
     (dict(max_new_tokens=60), "the prompt is 5 tokens (with the end-of-document id) and "
      "--max_new_tokens 60 asks for 65 positions, more than the model's context of 64: lower "
      "--max_new_tokens to 59"),
-    (dict(temperature=0.0), "--temperature must be a finite number > 0, got 0.0"),
-    (dict(temperature=-1.0), "--temperature must be a finite number > 0, got -1.0"),
-    (dict(top_p=1.2), r"top_p must be a number in (0, 1]; got 1.2"),
-    (dict(top_p=0.0), r"top_p must be a number in (0, 1]; got 0.0"),
-    (dict(top_k=300), "--top_k must be in [1, 257] (the vocabulary), got 300"),
-    (dict(num_samples=0), "--num_samples must be an integer >= 1, got 0"),
+    (dict(temperature=0.0), "--temperature must be > 0, got 0.0 (--greedy takes the most "
+     "probable token)"),
+    (dict(temperature=-1.0), "--temperature must be > 0, got -1.0 (--greedy takes the most "
+     "probable token)"),
+    (dict(top_p=1.2), "top_p must be in (0, 1], got 1.2"),
+    (dict(top_p=0.0), "top_p must be in (0, 1], got 0.0"),
+    (dict(top_k=300), "--top_k must be <= 257, got 300 (the vocabulary)"),
+    (dict(top_k=0), "--top_k must be >= 1, got 0 (the vocabulary)"),
+    (dict(num_samples=0), "--num_samples must be >= 1, got 0"),
+    (dict(max_new_tokens=0), "--max_new_tokens must be >= 1, got 0"),
 ])
 def test_bad_settings_are_refused_naming_the_numbers(kwargs, message):
   with pytest.raises(ValueError) as e:
@@ -175,6 +188,7 @@ def test_the_command_line_on_an_exported_folder(tmp_path):
   assert out.stdout.count(sample_lib.SEPARATOR) == 1 and out.stdout.startswith("Hi")
   out = run("--prompt", "Hi", "--temperature", "0")
   assert out.returncode == 1
-  assert out.stderr.startswith("error: --temperature must be a finite number > 0, got 0.0")
+  assert out.stderr.startswith("error: --temperature must be > 0, got 0.0 (--greedy takes the most "
+                               "probable token)")
   out = run("--prompt", "Hi", "--step", "3")
   assert out.returncode == 1 and "--step 3 picks a checkpoint of a run" in out.stderr

@@ -236,8 +236,11 @@ def test_acceptance_against_monte_carlo():
 def test_bad_arguments():
   with pytest.raises(ValueError, match="'gibbs'"):
     sample_uniform(jax.random.key(0), jnp.zeros(3), jnp.ones(3), 4, method="gibbs")
-  with pytest.raises(ValueError, match="num must be a positive int"):
+  with pytest.raises(ValueError, match="sample_uniform: num must be >= 1, got 0"):
     sample_uniform(jax.random.key(0), jnp.zeros(3), jnp.ones(3), 0)
+  # A bool passed the old isinstance(num, int) check; it is not a count.
+  with pytest.raises(TypeError, match="sample_uniform: num must be an integer, got True"):
+    sample_uniform(jax.random.key(0), jnp.zeros(3), jnp.ones(3), True)
   with pytest.raises(ValueError, match="vmap"):
     sample_uniform(jax.random.key(0), jnp.zeros((2, 3)), jnp.ones((2, 3)), 4)
   with pytest.raises(ValueError, match="n = 21"):

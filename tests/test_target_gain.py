@@ -313,3 +313,21 @@ def test_a_run_rewarded_by_target_gain_resumes_bit_identically(tmp_path, data_ca
   assert read("parts") == read("whole")
   measured = [r["step"] for r in read("whole") if "target_gain/chat" in r]
   assert measured == list(range(1, 20, 2))   # after 1, 3, ... updates
+
+
+@pytest.mark.parametrize("every, rows, error, message", [
+    (0, {"t": 8}, ValueError, "probes.p: the probe's every must be >= 1, got 0"),
+    (True, {"t": 8}, TypeError, "probes.p: the probe's every must be an integer, got True"),
+    (2, {"t": 0}, ValueError, "probes.p: the rows of row group 't' must be >= 1, got 0 (a group "
+     "needs a positive multiple of the 4 devices)"),
+    (2, {"t": 8.0}, TypeError, "probes.p: the rows of row group 't' must be an integer, got 8.0 "
+     "(a group needs a positive multiple of the 4 devices)"),
+    (2, {"t": 6}, ValueError, "probes.p: row group 't' has 6 rows; a group needs a positive "
+     "multiple of the 4 devices"),
+])
+def test_a_factorys_probe_is_checked(every, rows, error, message):
+  made = probes.Probe(every=every, rows=rows, draw=lambda make: None, measure=lambda *a: None)
+  with pytest.raises(error) as e:
+    probes._checked("probes.p", "pkg.mod:factory", made, 4)
+  assert str(e.value) == message
+  assert probes._checked("probes.p", "x", made._replace(every=2, rows={"t": 8}), 4).every == 2

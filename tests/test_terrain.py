@@ -157,12 +157,17 @@ def test_sharpness_samples_are_the_documented_directions():
 
 def test_sharpness_rejects_bad_arguments():
   f = lambda p: jnp.sum(p ** 2)  # noqa: E731
-  with pytest.raises(ValueError, match="num_samples"):
+  with pytest.raises(ValueError, match="num_samples must be >= 1, got 0"):
     terrain.perturbation_sharpness(f, jnp.ones((2, 2)), jax.random.key(0), [0.1], 0)
+  with pytest.raises(TypeError, match="num_samples must be an integer, got True"):
+    terrain.perturbation_sharpness(f, jnp.ones((2, 2)), jax.random.key(0), [0.1], True)
   with pytest.raises(ValueError, match="sigmas"):
     terrain.perturbation_sharpness(f, jnp.ones((2, 2)), jax.random.key(0), 0.1, 3)
-  with pytest.raises(ValueError, match="batch_size"):
+  with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
     terrain.perturbation_sharpness(f, jnp.ones((2, 2)), jax.random.key(0), [0.1], 3, batch_size=0)
+  with pytest.raises(TypeError, match="batch_size must be an integer or None, got 2.0"):
+    terrain.perturbation_sharpness(f, jnp.ones((2, 2)), jax.random.key(0), [0.1], 3,
+                                   batch_size=2.0)
 
 
 # ---------------------------------------------------------------- slices
@@ -210,3 +215,7 @@ def test_slices_reject_bad_coordinates():
     terrain.loss_slice_1d(f, jnp.ones(3), jnp.ones(3), jnp.ones((2, 2)))
   with pytest.raises(ValueError, match="betas"):
     terrain.loss_slice_2d(f, jnp.ones(3), jnp.ones(3), jnp.ones(3), [0.0], [])
+  with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
+    terrain.loss_slice_1d(f, jnp.ones(3), jnp.ones(3), [0.0, 1.0], batch_size=0)
+  with pytest.raises(TypeError, match="batch_size must be an integer or None, got True"):
+    terrain.loss_slice_1d(f, jnp.ones(3), jnp.ones(3), [0.0, 1.0], batch_size=True)

@@ -125,7 +125,8 @@ def test_chunked_and_unchunked_runs_agree(workdir, tmp_path):
   assert cli.memory_budget(args, saved.config) == 2 ** 29
   del saved.config["terrain"]   # a run trained before the field existed
   assert cli.memory_budget(args, saved.config) == 2 * 2 ** 30
-  with pytest.raises(ValueError, match="--memory_budget_gib must be a number of GiB > 0"):
+  with pytest.raises(ValueError, match=r"--memory_budget_gib must be >= 0, got -1.0 \(a number of "
+                                       r"GiB; 0 = automatic\)"):
     cli.main(common + ["--memory_budget_gib", "-1"])
 
 

@@ -34,9 +34,14 @@ def test_default_budget_is_half_the_reported_memory_else_2_gib():
   assert budget_lib.default_memory_budget(gpu) == 50 * GIB
   assert budget_lib.budget_bytes(0) == budget_lib.budget_bytes(None) == 2 * GIB
   assert budget_lib.budget_bytes(1.5) == 3 * 2 ** 29
-  for bad in (-1, float("nan"), float("inf"), "2", True):
-    with pytest.raises(ValueError, match=r"terrain.memory_budget_gib must be a number of GiB"):
+  for bad, error, rule in ((-1, ValueError, "must be >= 0, got -1.0"),
+                           (float("nan"), ValueError, "must be finite, got nan"),
+                           (float("inf"), ValueError, "must be finite, got inf"),
+                           ("2", TypeError, "must be a number or None, got '2'"),
+                           (True, TypeError, "must be a number or None, got True")):
+    with pytest.raises(error) as e:
       budget_lib.budget_bytes(bad, name="terrain.memory_budget_gib")
+    assert str(e.value) == f"terrain.memory_budget_gib {rule} (a number of GiB; 0 = automatic)"
   assert budget_lib.format_bytes(3 * 2 ** 29) == "1.50 GiB"
   assert budget_lib.format_bytes(5 * 2 ** 20) == "5.0 MiB"
 
@@ -90,7 +95,7 @@ def test_window_chunks_change_no_value_gradient_or_hvp():
       np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
     for a, b in zip(jax.tree.leaves(got[2]), jax.tree.leaves(ref[2])):
       np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
-  with pytest.raises(ValueError, match="window_batch must be None or an int >= 1, got 0"):
+  with pytest.raises(ValueError, match="heldout_loss_fn: window_batch must be >= 1, got 0"):
     terrain_run.heldout_loss_fn(cfg, batch, window_batch=0)
 
 

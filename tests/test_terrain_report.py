@@ -68,12 +68,14 @@ def test_diverged_points_become_null_and_the_report_can_skip_the_hessian():
 
 def test_basin_report_rejects_bad_settings():
   loss_fn, params, _, _ = _quadratic()
-  with pytest.raises(ValueError, match="slice_points"):
+  with pytest.raises(ValueError, match="basin_report: slice_points must be >= 2, got 1"):
     terrain.basin_report(loss_fn, params, jax.random.key(0), slice_points=1)
   with pytest.raises(ValueError, match="sigmas"):
     terrain.basin_report(loss_fn, params, jax.random.key(0), sigmas=[])
-  with pytest.raises(ValueError, match="hessian_k"):
+  with pytest.raises(ValueError, match="basin_report: hessian_k must be >= 0, got -1"):
     terrain.basin_report(loss_fn, params, jax.random.key(0), hessian_k=-1)
+  with pytest.raises(TypeError, match="basin_report: num_samples must be an integer, got 2.0"):
+    terrain.basin_report(loss_fn, params, jax.random.key(0), num_samples=2.0)
   # Lanczos finds at most hessian_iters eigenvalues: asking for more is refused, not cut short.
   with pytest.raises(ValueError, match=r"hessian_k = 5 exceeds hessian_iters = 2: raise"):
     terrain.basin_report(loss_fn, params, jax.random.key(0), hessian_k=5, hessian_iters=2)
@@ -81,11 +83,17 @@ def test_basin_report_rejects_bad_settings():
   with pytest.raises(ValueError, match=rf"hessian_k = {n + 1} exceeds the {n} parameters"):
     terrain.basin_report(loss_fn, params, jax.random.key(0), hessian_k=n + 1,
                          hessian_iters=n + 5)
-  for bad in (-2, 0, 2.5, True):
-    with pytest.raises(ValueError, match="batch_size must be None or a positive int"):
+  for bad, error, rule in ((-2, ValueError, "must be >= 1, got -2"),
+                           (0, ValueError, "must be >= 1, got 0"),
+                           (2.5, TypeError, "must be an integer or None, got 2.5"),
+                           (True, TypeError, "must be an integer or None, got True")):
+    with pytest.raises(error, match=f"batch_size {rule}"):
       terrain.hessian_trace(loss_fn, params, jax.random.key(0), 2, batch_size=bad)
-  for bad in (float("inf"), float("nan"), 0.0, True):
-    with pytest.raises(ValueError, match="slice_range must be a finite number > 0"):
+  for bad, error, rule in ((float("inf"), ValueError, "must be finite, got inf"),
+                           (float("nan"), ValueError, "must be finite, got nan"),
+                           (0.0, ValueError, "must be > 0, got 0.0"),
+                           (True, TypeError, "must be a number, got True")):
+    with pytest.raises(error, match=f"basin_report: slice_range {rule}"):
       terrain.basin_report(loss_fn, params, jax.random.key(0), slice_range=bad)
 
 

@@ -177,7 +177,9 @@ def test_bad_arguments_are_refused_with_the_value():
     xent.cross_entropy(x, e[:, :8], y, w, vocab_size=V)
   with pytest.raises(ValueError, match="weights"):
     xent.cross_entropy(x, e, y, w[:, :4], vocab_size=V)
-  with pytest.raises(ValueError, match="XentConfig.block_rows must be an int >= 0; got -1"):
+  with pytest.raises(ValueError, match="XentConfig.block_rows must be >= 0, got -1"):
     xent.XentConfig(block_rows=-1)
+  with pytest.raises(TypeError, match="XentConfig.block_rows must be an integer, got True"):
+    xent.XentConfig(block_rows=True)
   with pytest.raises(ValueError, match="XentConfig.logits_dtype.*'float16'"):
     xent.XentConfig(logits_dtype="float16")

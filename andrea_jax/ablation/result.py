@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import numbers
 import time
 from typing import Any
 
@@ -20,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from andrea_jax import checks
 from andrea_jax import repetition
 from andrea_jax import train
 from andrea_jax.generate import generate
@@ -97,8 +97,7 @@ class AblationResult:
 
   def final_loss(self, last: int = 10) -> np.ndarray:
     """``[K]`` mean training loss over the last ``last`` steps (NaN-aware)."""
-    if isinstance(last, bool) or not isinstance(last, numbers.Integral) or last < 1:
-      raise ValueError(f"last must be an integer >= 1, got {last!r}")
+    last = checks.integer("final_loss: last", last, minimum=1)
     return np.nanmean(self.loss[:, -last:], axis=1)
 
   def final_eval_loss(self) -> np.ndarray:

@@ -17,14 +17,12 @@ variants of one ablation, which is what lets them train in one vmapped program:
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 from typing import Any
 
 import ml_collections
 import numpy as np
 
-from andrea_jax import optim
+from andrea_jax import checks, optim
 
 VARIANT_FIELDS = ("seed", "warmup_steps", "peak_lr", "init_std")
 
@@ -73,29 +71,24 @@ def resolve_variants(config: ml_collections.ConfigDict, variants: list[dict[str,
     f = {**defaults, **v}
     seed, warmup, lr, std = f["seed"], f["warmup_steps"], f["peak_lr"], f["init_std"]
     # numpy numbers count (np.arange of warmups is the usual way to write a sweep).
-    integer = lambda x: isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_))
-    if not integer(seed) or not 0 <= seed < 2**31:
-      raise ValueError(f"variants[{i}].seed must be an integer in [0, 2**31), got {seed!r}")
-    if not integer(warmup) or not 0 <= warmup <= num_steps:
-      given = "" if "warmup_steps" in v else " (optim.warmup_steps: the variant sets none)"
-      raise ValueError(f"variants[{i}].warmup_steps must be an integer in [0, num_steps = "
-                       f"{num_steps}], got {warmup!r}{given}")
+    seed = checks.integer(f"variants[{i}].seed", seed, minimum=0)   # and below 2**31
+    given = "" if "warmup_steps" in v else "; optim.warmup_steps: the variant sets none"
+    warmup = checks.integer(f"variants[{i}].warmup_steps", warmup, minimum=0, maximum=num_steps,
+                            hint=f"num_steps = {num_steps}{given}")
     try:   # the same rule the trainer applies to one run: a wsd decay must fit after the warmup
-      optim.check_wsd_fits(config.optim, int(warmup), num_steps,
-                           field=f"variants[{i}].warmup_steps")
+      optim.check_wsd_fits(config.optim, warmup, num_steps, field=f"variants[{i}].warmup_steps")
     except ValueError as e:
       raise ValueError(str(e)) from None
+    f32 = np.finfo(np.float32)   # the step's precision: past it the value is inf or 0
+    lo, hi = float(f32.tiny), float(f32.max)
+    rates = {}
     for name, x in (("peak_lr", lr), ("init_std", std)):
-      if (isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real)
-          or not math.isfinite(x) or not x > 0):
-        raise ValueError(f"variants[{i}].{name} must be a finite number > 0, got {x!r}")
-      f32 = np.finfo(np.float32)   # the step's precision: past it the value is inf or 0
-      if not float(f32.tiny) <= x <= float(f32.max):
-        raise ValueError(f"variants[{i}].{name} = {x!r} is outside float32's normal range "
-                         f"[{float(f32.tiny):.4g}, {float(f32.max):.4g}], the precision the "
-                         "step runs in")
-    out.append(Variant(seed=int(seed), warmup_steps=int(warmup), peak_lr=float(lr),
-                       init_std=float(std)))
+      field = f"variants[{i}].{name}"
+      rates[name] = checks.satisfies(field, checks.number(field, x, low=0, low_open=True),
+                                     lambda x: lo <= x <= hi,
+                                     f"within float32's normal range [{lo:.4g}, {hi:.4g}]",
+                                     hint="the precision the step runs in")
+    out.append(Variant(seed=seed, warmup_steps=warmup, **rates))
   return out
 
 

@@ -30,13 +30,12 @@ Example (``experiments/mixture_file.py`` does this for the main job)::
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Mapping, Sequence
 
 import ml_collections
 
-from andrea_jax import storage
+from andrea_jax import checks, storage
 from andrea_jax.curriculum.geometries import geometry
 from andrea_jax.sources import source_key
 
@@ -54,9 +53,7 @@ def _mixture(path: str, where: str, given, sources: Sequence[str]) -> dict[str, 
     if name not in out:
       raise _fail(path, f"{where} names {name!r}, not a source of the run "
                         f"({', '.join(sources)})")
-    if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
-      raise _fail(path, f"{where}.{name} = {w!r} is not a finite weight >= 0")
-    out[name] = float(w)
+    out[name] = checks.number(f"mixture file {path}: {where}.{name}", w, low=0)
   if not any(out.values()):
     raise _fail(path, f"{where}: every weight is 0")
   return out
@@ -64,14 +61,13 @@ def _mixture(path: str, where: str, given, sources: Sequence[str]) -> dict[str, 
 
 def _start(path: str, where: str, part, num_steps: int) -> int:
   if "start_step" in part:
-    step = part["start_step"]
-    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < num_steps:
-      raise _fail(path, f"{where}.start_step = {step!r} is not a step in [0, {num_steps})")
-    return step
-  frac = part.get("start")
-  if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 <= frac < 1:
-    raise _fail(path, f"{where} needs start (a fraction of the run in [0, 1)) or start_step, "
-                      f"got start = {frac!r}")
+    return checks.integer(f"mixture file {path}: {where}.start_step", part["start_step"],
+                          minimum=0, maximum=num_steps - 1,
+                          hint=f"a step of the run: train.num_steps = {num_steps}")
+  if "start" not in part:
+    raise _fail(path, f"{where} needs start (a fraction of the run in [0, 1)) or start_step")
+  frac = checks.number(f"mixture file {path}: {where}.start", part["start"], low=0, high=1,
+                       high_open=True, hint="a fraction of the run; or give start_step")
   return round(frac * num_steps)
 
 
@@ -86,7 +82,8 @@ def read_mixture_file(path: str | os.PathLike, *, num_steps: int, sources: Seque
     sources: the run's sources, in order.
     geometries: the config's geometries, needed by (and only by) a file of weights per geometry.
 
-  Raises ``ValueError`` naming the file and the entry at fault.
+  Raises ``ValueError`` (``TypeError`` for a value of the wrong type) naming the file and the
+  entry at fault.
   """
   path = os.fspath(path)
   try:

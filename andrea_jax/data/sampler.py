@@ -29,6 +29,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from andrea_jax import checks
 from andrea_jax.data import hashing
 from andrea_jax.data.errors import DataError
 from andrea_jax.data.shards import PreparedData
@@ -43,11 +44,8 @@ def _source_name(i: int, sources: tuple[str, ...] | None) -> str:
 def _checked_weights(weights_S: np.ndarray, batch_size: int, sources: tuple[str, ...] | None,
                      offset: float | None) -> np.ndarray:
   """``weights_S`` as float64 once every argument of :func:`allocate` is valid."""
-  if (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
-      or batch_size < 1):
-    raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-  if offset is not None and not 0 <= offset < 1:
-    raise ValueError(f"offset must be in [0, 1), got {offset!r}")
+  checks.integer("allocate: batch_size", batch_size, minimum=1)
+  checks.number("allocate: offset", offset, low=0, high=1, high_open=True, optional=True)
   w_S = np.asarray(weights_S, np.float64)
   if w_S.ndim != 1 or w_S.size == 0:
     raise ValueError(f"weights must be a non-empty 1-D vector, got shape {w_S.shape}")
@@ -257,8 +255,7 @@ class MixtureSampler:
     for field, value, low in (("seq_len", seq_len, 1), ("global_batch_size", global_batch_size, 1),
                               ("process_count", process_count, 1),
                               ("process_index", process_index, 0)):
-      if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{field} must be an integer >= {low}, got {value!r}")
+      checks.integer(f"MixtureSampler: {field}", value, minimum=low)
     if split not in ("train", "eval"):
       raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
     if process_index >= process_count:
@@ -300,8 +297,7 @@ class MixtureSampler:
       ``inputs, targets, segment_ids, positions``: ``[b, T]`` int32; ``source_ids``: ``[b]`` int32;
       when some source of the data has masks, ``loss_mask``: ``[b, T]`` uint8.
     """
-    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
-      raise ValueError(f"step must be an integer >= 0, got {step!r}")
+    checks.integer("MixtureSampler.batch: step", step, minimum=0)
     weights_S = np.asarray(weights_S)
     if weights_S.shape != (len(self.data.sources),):
       raise ValueError(f"weights must have shape ({len(self.data.sources)},) (one per source), "

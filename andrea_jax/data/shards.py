@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from andrea_jax import checks
 from andrea_jax.data import manifest as mf
 from andrea_jax.data.errors import DataError
 from andrea_jax.data.tokenizers import Tokenizer
@@ -46,6 +47,15 @@ def _check_shard(file: str, source: str, tokens_N: np.ndarray, sha256: str,
   if bad is not None:
     raise DataError(f"shard {file} of source {source!r}: token id {bad[1]} at position {bad[0]} is "
                     f">= the vocabulary size {vocab_size}")
+
+
+def _manifest_integer(where: str, value, **bounds) -> int:
+  """``checks.integer`` of a manifest's field, refused as a :class:`DataError` (the data is wrong,
+  not the run: the callers report a DataError as such)."""
+  try:
+    return checks.integer(where, value, **bounds)
+  except (TypeError, ValueError) as e:
+    raise DataError(str(e)) from None
 
 
 class PreparedData:
@@ -132,9 +142,8 @@ class PreparedData:
       raise DataError(f"{where}: vocab_size {tok_info['vocab_size']!r} and eod_id {eod_id!r}, the "
                       f"run's tokenizer has {tokenizer.vocab_size} and {tokenizer.eod_id}; "
                       "prepare the data again")
-    if isinstance(eod_id, bool) or not isinstance(eod_id, int) or not 0 <= eod_id < vocab_size:
-      raise DataError(f"{where}: eod_id {eod_id!r} is not a token id below the vocabulary size "
-                      f"{vocab_size}")
+    _manifest_integer(f"{where}: eod_id", eod_id, minimum=0, maximum=vocab_size - 1,
+                      hint=f"a token id below the vocabulary size {vocab_size}")
     stale = [s for s in required if isinstance(manifest["sources"].get(s), dict)
              and isinstance(manifest["sources"][s].get("inputs"), dict)
              and manifest["sources"][s]["inputs"].get("reader_version", 1) != mf.READER_VERSION]
@@ -226,10 +235,8 @@ def _map_shards(path: str, manifest: dict, where: str, source: str, entry: dict,
           or os.path.normpath(name).split(os.sep)[0] == os.pardir):
         raise DataError(f"{where}: shard {name!r} of source {source!r} is not a path inside "
                         f"{path}")
-      count = shard["tokens"]
-      if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-        raise DataError(f"{where}: shard {name!r} of source {source!r} has tokens {count!r}, not "
-                        "a count")
+      count = _manifest_integer(f"{where}: shard {name!r} of source {source!r}: tokens",
+                                shard["tokens"], minimum=0, int32=False, hint="a count")
       file = os.path.join(path, name)
       if not os.path.isfile(file):
         raise DataError(f"shard {file} of source {source!r} is missing")

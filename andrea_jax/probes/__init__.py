@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 import ml_collections
 
-from andrea_jax import plugins
+from andrea_jax import checks, plugins
 from andrea_jax.probes import target_gain
 from andrea_jax.probes.interface import (At, HostRows, MakeSampler, Probe, ProbeContext, ProbeEnv,
                                          is_due, rows_key, split)
@@ -100,12 +100,12 @@ def _checked(where: str, name: str, made, devices: int) -> Probe:
   if not isinstance(made, Probe):
     raise ValueError(f"{where}.name = {name!r}: the factory returned {type(made).__name__}, not "
                      "a Probe (or None)")
-  if isinstance(made.every, bool) or not isinstance(made.every, int) or made.every < 1:
-    raise ValueError(f"{where}: the probe's every must be an integer >= 1, got {made.every!r}")
+  checks.integer(f"{where}: the probe's every", made.every, minimum=1)
   for group, rows in dict(made.rows).items():
-    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1 or rows % devices:
-      raise ValueError(f"{where}: row group {group!r} has {rows!r} rows; a group needs a "
-                       f"positive multiple of the {devices} devices")
+    need = f"a group needs a positive multiple of the {devices} devices"
+    rows = checks.integer(f"{where}: the rows of row group {group!r}", rows, minimum=1, hint=need)
+    if rows % devices:
+      raise ValueError(f"{where}: row group {group!r} has {rows} rows; {need}")
   if not (callable(made.draw) and callable(made.measure)):
     raise ValueError(f"{where}: the probe's draw and measure must be functions")
   return made

@@ -31,6 +31,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from andrea_jax import checks
+
 Method = Literal["auto", "reject", "floor", "ceiling", "chain"]
 
 # The inclusion-exclusion table has 2^n entries.
@@ -297,8 +299,7 @@ def sample_uniform(key: jax.Array, lower: jax.Array, upper: jax.Array, num: int,
     raise ValueError(f"lower and upper must both be [n]; got {lower.shape} and {upper.shape} "
                      "(vmap sample_uniform for a batch of regions)")
   n = lower.shape[0]
-  if not isinstance(num, int) or num < 1:
-    raise ValueError(f"num must be a positive int, got {num!r}")
+  num = checks.integer("sample_uniform: num", num, minimum=1)   # a static shape: a Python int
   if method not in _MODES:
     raise ValueError(f"method must be 'auto', 'reject', 'floor', 'ceiling' or 'chain', "
                      f"got {method!r}")

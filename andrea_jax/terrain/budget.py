@@ -25,13 +25,13 @@ slack), and 2 GiB where it reports none (a CPU).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from andrea_jax import checks
 from andrea_jax.terrain.directions import perturb
 from andrea_jax.terrain.hessian import hvp
 
@@ -63,10 +63,9 @@ def default_memory_budget(device: jax.Device | None = None) -> int:
 
 def budget_bytes(gib: float | None, *, name: str = "memory_budget_gib") -> int:
   """A budget given in GiB (``None`` or 0: :func:`default_memory_budget`) as bytes, validated."""
-  if gib is None or (not isinstance(gib, bool) and isinstance(gib, (int, float)) and gib == 0):
+  gib = checks.number(name, gib, low=0, optional=True, hint="a number of GiB; 0 = automatic")
+  if not gib:   # None or 0
     return default_memory_budget()
-  if isinstance(gib, bool) or not isinstance(gib, (int, float)) or not math.isfinite(gib) or gib < 0:
-    raise ValueError(f"{name} must be a number of GiB > 0 (0 = automatic), got {gib!r}")
   return max(1, int(gib * GIB))
 
 

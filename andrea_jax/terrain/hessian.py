@@ -22,6 +22,8 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
+from andrea_jax import checks
+
 PyTree = Any
 
 
@@ -126,13 +128,12 @@ def hessian_top_eigenvalues(loss_fn: Callable[[PyTree], jax.Array], params: PyTr
     >>> lam = hessian_top_eigenvalues(loss_fn, params, jax.random.key(0), k=3, num_iters=40)
     >>> lam[0]  # the sharpest curvature
   """
-  if isinstance(num_iters, bool) or not isinstance(num_iters, int) or num_iters < 1:
-    raise ValueError(f"num_iters must be an int >= 1, got {num_iters!r}")
+  num_iters = checks.integer("hessian_top_eigenvalues: num_iters", num_iters, minimum=1)
   flat_n, unravel = ravel_pytree(params)
   n = flat_n.shape[0]
   m = min(int(num_iters), n)
-  if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= m:
-    raise ValueError(f"k must be an int in [1, min(num_iters, num_params) = {m}], got {k!r}")
+  k = checks.integer("hessian_top_eigenvalues: k", k, minimum=1, maximum=m,
+                     hint="at most min(num_iters, num_params)")
   if not jnp.issubdtype(flat_n.dtype, jnp.floating):
     raise TypeError(f"params must be floating point, got dtype {flat_n.dtype}")
 
@@ -169,8 +170,7 @@ def hessian_trace(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, key: j
   Example:
     >>> tr, se = hessian_trace(loss_fn, params, jax.random.key(0), num_samples=16)
   """
-  if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
-    raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+  num_samples = checks.integer("hessian_trace: num_samples", num_samples, minimum=1)
   q_S = hutchinson_samples(loss_fn, params, key, jnp.arange(num_samples), batch_size=batch_size)
   if num_samples > 1:
     stderr = jnp.std(q_S, ddof=1) / jnp.sqrt(num_samples)
@@ -195,9 +195,7 @@ def hutchinson_samples(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, k
   Example:
     >>> hutchinson_samples(loss_fn, params, jax.random.key(0), jnp.arange(8, 12))  # [4]
   """
-  if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
-                                 or batch_size < 1):
-    raise ValueError(f"batch_size must be None or a positive int, got {batch_size!r}")
+  batch_size = checks.integer("batch_size", batch_size, minimum=1, optional=True)
   leaves, treedef = jax.tree_util.tree_flatten(params)
   leaves = [jnp.asarray(x) for x in leaves]
 

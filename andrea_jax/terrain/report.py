@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from andrea_jax import storage
+from andrea_jax import checks, storage
 from andrea_jax.terrain import budget as budget_lib
 from andrea_jax.terrain.directions import random_direction, tree_norm
 from andrea_jax.terrain.hessian import hessian_top_eigenvalues, hutchinson_samples
@@ -52,11 +52,6 @@ def _floats(x: Any) -> Any:
     v = float(arr)
     return v if math.isfinite(v) else None
   return [_floats(a) for a in arr]
-
-
-def _check_count(name: str, value: Any, minimum: int) -> None:
-  if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-    raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
 
 
 def _in_chunks(fn: Callable[..., jax.Array], args: tuple[Any, ...], xs: np.ndarray, chunk: int,
@@ -111,7 +106,7 @@ def chunk_plan(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, *,
     >>> chunk_plan(loss_fn, params, memory_budget=2**30)["points"]  # slice points per chunk
   """
   if batch_size is not None:
-    _check_count("batch_size", batch_size, 1)
+    checks.integer("chunk_plan: batch_size", batch_size, minimum=1)
     return {"memory_budget_bytes": None, "perturbed_loss_bytes": None, "hvp_bytes": None,
             "points": batch_size, "sharpness_samples": batch_size, "trace_samples": batch_size}
   budget = budget_lib.default_memory_budget() if memory_budget is None else int(memory_budget)
@@ -240,13 +235,13 @@ def basin_report(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, key: ja
 def _check_settings(params: PyTree, sigmas: Sequence[float], num_samples: int, hessian_k: int,
                     hessian_iters: int, trace_samples: int, slice_points: int,
                     slice_range: float) -> int:
-  """:func:`basin_report`'s settings checked (``ValueError`` naming the field); returns the
-  parameter count."""
-  _check_count("num_samples", num_samples, 1)
-  _check_count("hessian_k", hessian_k, 0)
-  _check_count("hessian_iters", hessian_iters, 1)
-  _check_count("trace_samples", trace_samples, 0)
-  _check_count("slice_points", slice_points, 2)
+  """:func:`basin_report`'s settings checked (``ValueError`` naming the field, ``TypeError`` for
+  a value of the wrong type); returns the parameter count."""
+  for name, value, minimum in (("num_samples", num_samples, 1), ("hessian_k", hessian_k, 0),
+                               ("hessian_iters", hessian_iters, 1),
+                               ("trace_samples", trace_samples, 0),
+                               ("slice_points", slice_points, 2)):
+    checks.integer(f"basin_report: {name}", value, minimum=minimum)
   num_params = int(sum(np.size(x) for x in jax.tree_util.tree_leaves(params)))
   if hessian_k > min(hessian_iters, num_params):   # Lanczos finds at most as many as it iterates
     raise ValueError(
@@ -254,9 +249,7 @@ def _check_settings(params: PyTree, sigmas: Sequence[float], num_samples: int, h
             f"hessian_iters = {hessian_iters}: raise hessian_iters or ask for fewer eigenvalues"
             if hessian_iters <= num_params else
             f"the {num_params} parameters: a Hessian has no more eigenvalues than that"))
-  if not (isinstance(slice_range, (int, float)) and not isinstance(slice_range, bool)
-          and math.isfinite(slice_range) and slice_range > 0):
-    raise ValueError(f"slice_range must be a finite number > 0, got {slice_range!r}")
+  checks.number("basin_report: slice_range", slice_range, low=0, low_open=True)
   sigmas_K = np.asarray(sigmas, dtype=np.float64)
   if sigmas_K.ndim != 1 or sigmas_K.size == 0 or not np.all(np.isfinite(sigmas_K)):
     raise ValueError(f"sigmas must be a non-empty 1-D sequence of finite numbers, got {sigmas!r}")

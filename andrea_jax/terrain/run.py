@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from andrea_jax import checks
 from andrea_jax import data as data_lib
 from andrea_jax import evaluate, runconfig
 from andrea_jax import step as step_lib
@@ -71,9 +72,8 @@ def heldout_loss_fn(model_config: ModelConfig, batch: dict[str, np.ndarray], *,
     >>> loss_fn = heldout_loss_fn(saved.run.model, batch, window_batch=16)
     >>> loss_fn(saved.params)  # the mean over all of batch's windows, 16 at a time
   """
-  if window_batch is not None and (isinstance(window_batch, bool)
-                                   or not isinstance(window_batch, int) or window_batch < 1):
-    raise ValueError(f"window_batch must be None or an int >= 1, got {window_batch!r}")
+  window_batch = checks.integer("heldout_loss_fn: window_batch", window_batch, minimum=1,
+                                optional=True)
   model = Transformer(dataclasses.replace(model_config, attention_impl="xla", dtype="float32"))
   rows = int(batch["inputs"].shape[0])
   num_tokens = float(np.maximum(np.sum(np.asarray(batch["segment_ids"]) > 0), 1))

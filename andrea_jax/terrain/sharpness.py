@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from andrea_jax import checks
 from andrea_jax.terrain.directions import perturb, random_direction
 
 PyTree = Any
@@ -30,8 +31,7 @@ class Sharpness(NamedTuple):
 
 
 def _check(sigmas: Any, num_samples: int, batch_size: int | None) -> None:
-  if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
-    raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+  checks.integer("num_samples", num_samples, minimum=1)
   shape = jnp.shape(jnp.asarray(sigmas))
   if len(shape) != 1 or shape[0] == 0:
     raise ValueError(f"sigmas must be a non-empty 1-D sequence, got shape {shape}")
@@ -39,9 +39,7 @@ def _check(sigmas: Any, num_samples: int, batch_size: int | None) -> None:
 
 
 def _check_batch_size(batch_size: int | None) -> None:
-  if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
-                                 or batch_size < 1):
-    raise ValueError(f"batch_size must be None or a positive int, got {batch_size!r}")
+  checks.integer("batch_size", batch_size, minimum=1, optional=True)
 
 
 def perturbed_losses(loss_fn: Callable[[PyTree], jax.Array], params: PyTree, key: jax.Array,

@@ -14,6 +14,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from andrea_jax import checks
 from andrea_jax.terrain.directions import perturb, perturb_2d
 
 PyTree = Any
@@ -22,8 +23,8 @@ PyTree = Any
 def _map(f: Callable[[jax.Array], jax.Array], xs: jax.Array, batch_size: int | None) -> jax.Array:
   if batch_size is None:
     return jax.vmap(f)(xs)
-  if not isinstance(batch_size, int) or batch_size < 1:
-    raise ValueError(f"batch_size must be None or a positive int, got {batch_size!r}")
+  # optional: the message says what the field takes (None, handled above, or an int >= 1).
+  batch_size = checks.integer("batch_size", batch_size, minimum=1, optional=True)
   return jax.lax.map(f, xs, batch_size=batch_size)
 
 
