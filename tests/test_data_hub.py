@@ -353,7 +353,7 @@ def test_specs_are_checked_with_the_field_named(tmp_path):
   path = _save(tmp_path, [{"text": "x"}])
   for spec, match in [
       (HubSpec(path, layout="tabular"), r"layout must be one of .* got 'tabular'"),
-      (HubSpec(path, max_tokens=-1), r"max_tokens must be an integer >= 0"),
+      (HubSpec(path, max_tokens=-1), r"max_tokens must be >= 0, got -1"),
       (HubSpec("nope", data_files=("a.txt",)), r"dataset must be one of \('json'"),
       (HubSpec(path, filter_field="x", filter_value={"a": 1}), r"filter_value must be"),
       (HubSpec(str(tmp_path)), r"was not written by save_to_disk"),

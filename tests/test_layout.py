@@ -240,16 +240,9 @@ def test_every_plug_in_is_found_and_read_by_one_module():
   assert not found, found
 
 
-# Modules that may still write their own checks, each with the reason. The data modules are being
-# reshaped by another change (its format registry): they are converted with it, and their entries
-# removed after it is merged.
+# Modules that may write their own checks, each with the reason.
 _OWN_CHECKS_ALLOWED = {
     "andrea_jax/checks.py": "the one module that writes the rule",
-    "andrea_jax/data/config.py": "being reshaped; converted with their new format registry",
-    "andrea_jax/data/readers.py": "being reshaped; converted with their new format registry",
-    "andrea_jax/data/prepare_lib.py": "being reshaped; converted with their new format registry",
-    "andrea_jax/data/hub/*": "being reshaped; converted with their new format registry",
-    "andrea_jax/data/corpora/*": "being reshaped; converted with their new format registry",
 }
 
 

@@ -45,6 +45,7 @@ from typing import Any
 
 import tqdm
 
+from andrea_jax import checks
 from andrea_jax.data import hashing, readers
 from andrea_jax.data.errors import DataError
 from andrea_jax.data.hub import files as hfhub
@@ -108,13 +109,9 @@ def check_hub_spec(source: str, spec: HubSpec) -> None:
     check_fields(spec)
     if spec.format != "hf":
       raise ValueError(f"format must be 'hf', got {spec.format!r}")
-    if isinstance(spec.max_tokens, bool) or not isinstance(spec.max_tokens, int) or (
-        spec.max_tokens < 0):
-      raise ValueError(f"max_tokens must be an integer >= 0 (0: no budget), got "
-                       f"{spec.max_tokens!r}")
-    if not 0.0 <= float(spec.eval_fraction) <= 0.5:
-      raise ValueError(f"eval_fraction must lie in [0, 0.5], got {spec.eval_fraction!r}")
-  except ValueError as e:
+    checks.integer("max_tokens", spec.max_tokens, minimum=0, int32=False, hint="0: no budget")
+    checks.number("eval_fraction", spec.eval_fraction, low=0, high=0.5)
+  except (TypeError, ValueError) as e:   # one ValueError naming the source
     raise ValueError(f"source {source!r}: {e}") from None
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any, NamedTuple
 
+from andrea_jax import checks
+
 LAYOUTS = ("text", "messages", "tree")
 BUILDERS = ("json", "parquet", "csv", "text", "arrow")
 LOSS_ON = ("all", "assistant", "generation")
@@ -117,8 +119,10 @@ def check_fields(spec: HubSpec) -> None:
   if spec.filter_field and not (_is_scalar(spec.filter_value) or (
       isinstance(spec.filter_value, (tuple, list)) and all(map(_is_scalar, spec.filter_value)))):
     raise bad("filter_value", "must be a string, number, bool, None or a list of them")
-  if not isinstance(spec.streaming, bool):
-    raise bad("streaming", "must be True or False")
+  try:
+    checks.flag("streaming", spec.streaming)
+  except TypeError as e:   # a ValueError, as every other field's here
+    raise ValueError(str(e)) from None
   if spec.loss_on not in LOSS_ON:
     raise bad("loss_on", f"must be one of {LOSS_ON}")
   if spec.loss_on != "all" and spec.layout == "text":
