@@ -69,9 +69,7 @@ def test_epochs_are_the_rows_the_sampler_allocated_over_the_training_tokens(tmp_
   c.train.log_every = 1
   train.train_and_evaluate(c, str(tmp_path / "run"))
   run = runconfig.build(c)
-  tok = data_lib.load_tokenizer(c.data.tokenizer)
-  data = data_lib.open_training_data(c.data, tok, sources=run.sources, required=run.evaluated,
-                                     progress=False)
+  data = data_lib.open_training_data(run.data, required=run.evaluated, progress=False)
   sampler = data_lib.MixtureSampler(data, seq_len=c.data.seq_len,
                                     global_batch_size=c.data.global_batch_size, seed=c.seed)
   records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()

@@ -216,8 +216,7 @@ def _hf_loss_of_batch(folder, batch) -> float:
 
 def _step0_batch(c):
   run = runconfig.build(c)
-  data = data_lib.open_training_data(c.data, BYTES, sources=run.sources,
-                                     required=run.evaluated, progress=False)
+  data = data_lib.open_training_data(run.data, required=run.evaluated, progress=False)
   state = jax.jit(lambda: train.init_state(run, train.run_keys(c.seed)))()
   w = np.asarray(curriculum.weights_at(jax.tree.map(np.asarray, curriculum.schedule(
       state.curriculum)), 0), np.float64)
