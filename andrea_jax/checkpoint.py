@@ -366,7 +366,8 @@ class Checkpoints:
     if self._primary:
       self._empty_deleting()
 
-  def restore_latest(self, abstract_state: Any) -> tuple[int, Any, dict] | None:
+  def restore_latest(self, abstract_state: Any, fill: dict[str, Any] | None = None
+                     ) -> tuple[int, Any, dict] | None:
     """``(step, state, meta)`` of the newest trustworthy checkpoint, or ``None`` if there is none.
 
     ``abstract_state`` (``jax.ShapeDtypeStruct`` leaves, with shardings) fixes the structure,
@@ -374,6 +375,9 @@ class Checkpoints:
     a warning and moved to ``damaged/``. Raises :class:`CheckpointError`, before reading any array,
     when the newest intact checkpoint does not match ``abstract_state``, or when there are
     checkpoints but every one is damaged.
+
+    ``fill``: arrays a checkpoint written by an older version lacks (by dotted name, e.g.
+    ``"rows_seen"``) and the values they take then, with a warning; every other array must match.
     """
     damaged = []
     for step in reversed(self.all_steps()):
@@ -383,22 +387,53 @@ class Checkpoints:
         warnings.warn(f"skipping damaged checkpoint {step_dir}: {problem}", stacklevel=2)
         damaged.append((step, problem))
         continue
-      _check_arrays(self._mngr, step, abstract_state, step_dir)
-      restored = self._mngr.restore(step, args=ocp.args.Composite(
-          state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
+      missing = _check_arrays(self._mngr, step, abstract_state, step_dir, tuple(fill or ()))
+      if missing:
+        state, meta = self._restore_without(step, abstract_state, {n: fill[n] for n in missing})
+        warnings.warn(f"{step_dir} was written by an older andrea_jax, without "
+                      f"{', '.join(missing)}: restored without them, those start afresh "
+                      f"(the logs' data/epochs count from step {step})", stacklevel=2)
+      else:
+        restored = self._mngr.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
+        state, meta = restored.state, restored.meta
       if self._primary:
         with storage.writing(step_dir, "Nothing was written: free some space and run the same "
                              "command again"):
           self._set_aside([s for s, _ in damaged])
           if not os.path.exists(os.path.join(step_dir, SEAL)):
             seal(step_dir)   # killed before its seal: seal it now, so later damage is detected
-      return step, restored.state, restored.meta
+      return step, state, meta
     if damaged:
       listing = "; ".join(f"step {s}: {p}" for s, p in damaged)
       raise CheckpointError(
           f"every checkpoint in {self.directory} is damaged ({listing}). Move the directory away "
           "to start the run from scratch.")
     return None
+
+  def _restore_without(self, step: int, abstract_state: Any, fill: dict[str, Any]
+                       ) -> tuple[Any, dict]:
+    """The checkpoint's arrays, restored in the layout it was saved in (every one of them is a
+    leaf of ``abstract_state`` by name: :func:`_check_arrays`), then put into ``abstract_state``'s
+    structure with ``fill``'s values for the arrays it lacks."""
+    mngr = reader(self.directory)   # the PyTree handler, which restores into a given layout
+    try:
+      is_meta = lambda x: hasattr(x, "shape") and hasattr(x, "dtype")
+      stored = mngr.item_metadata(step)["state"].tree
+      wanted = {_dotted(p): leaf for p, leaf in jax.tree_util.tree_flatten_with_path(
+          abstract_state)[0]}
+      template = jax.tree_util.tree_map_with_path(lambda p, _: wanted[_dotted(p)], stored,
+                                                  is_leaf=is_meta)
+      restored = mngr.restore(step, args=ocp.args.Composite(
+          state=ocp.args.PyTreeRestore(
+              item=template, restore_args=ocp.checkpoint_utils.construct_restore_args(template)),
+          meta=ocp.args.JsonRestore()))
+    finally:
+      mngr.close()
+    values = {_dotted(p): v for p, v in jax.tree_util.tree_flatten_with_path(restored.state)[0]}
+    values.update(fill)
+    paths, treedef = jax.tree_util.tree_flatten_with_path(abstract_state)
+    return treedef.unflatten([values[_dotted(p)] for p, _ in paths]), restored.meta
 
   def _set_aside(self, steps: list[int]) -> None:
     """Move damaged steps to ``damaged/<step>.<time>``: the run writes them again as it goes."""
@@ -430,8 +465,10 @@ def _final_steps(directory: str) -> list[int]:
     return []
 
 
-def _check_arrays(mngr, step: int, abstract_state: Any, step_dir: str) -> None:
-  """Compare the stored array metadata (shapes, dtypes) with the run's state before reading any."""
+def _check_arrays(mngr, step: int, abstract_state: Any, step_dir: str,
+                  may_lack: tuple[str, ...] = ()) -> list[str]:
+  """Compare the stored array metadata (shapes, dtypes) with the run's state before reading any;
+  returns the arrays of ``may_lack`` the checkpoint does not have (an older version's)."""
   try:
     stored = mngr.item_metadata(step)["state"]
   except Exception as e:  # orbax and tensorstore raise several types for unreadable metadata
@@ -448,19 +485,24 @@ def _check_arrays(mngr, step: int, abstract_state: Any, step_dir: str) -> None:
     raise CheckpointError(f"{step_dir}: the checkpoint has array(s) this run's configuration lacks "
                           f"({', '.join(repr(n) for n in extra[:5])}"
                           f"{f' and {len(extra) - 5} more' if len(extra) > 5 else ''}); it was "
-                          "written by a different configuration")
+                          "written by a different configuration (or another version of andrea_jax)")
+  lacking = []
   for path, leaf in want:
     name = _dotted(path)
     got = have.get(name)
+    if got is None and name in may_lack:
+      lacking.append(name)
+      continue
     if got is None or not is_meta(got):
       raise CheckpointError(f"{step_dir}: the checkpoint has no array {name!r}; it was written "
-                            "by a different configuration")
+                            "by a different configuration (or an older version of andrea_jax)")
     if tuple(got.shape) != tuple(leaf.shape):
       raise CheckpointError(f"{step_dir}: {name!r} has shape {tuple(got.shape)} in the checkpoint "
                             f"but {tuple(leaf.shape)} in this run's configuration")
     if not _same_dtype(got.dtype, leaf.dtype):
       raise CheckpointError(f"{step_dir}: {name!r} has dtype {got.dtype} in the checkpoint but "
                             f"{leaf.dtype} in this run's configuration")
+  return lacking
 
 
 def _same_dtype(a, b) -> bool:
@@ -489,11 +531,42 @@ class SavedRun:
   params: Any       # the model's parameter pytree
 
 
+def _upgraded(config: dict) -> dict:
+  """A config an older version saved, in today's shape: the target gain's section (``target_gain``)
+  moved under ``probes``, ``random_only``'s unused ``eta`` dropped, and each source's flat
+  ``data.files`` section (every format's fields) cut to its format's own fields."""
+  from andrea_jax import probes as probes_lib
+  from andrea_jax.data import formats
+  config = dict(config)
+  if isinstance(config.get("target_gain"), dict):
+    probes = dict(config.get("probes") or {})
+    probes.setdefault("target_gain", {**probes_lib.probe_config("target_gain").to_dict(),
+                                      **config.pop("target_gain")})
+    config["probes"] = probes
+  mixer = (config.get("curriculum") or {}).get("mixer")
+  if isinstance(mixer, dict) and mixer.get("name") == "random_only" and "eta" in mixer:
+    config["curriculum"] = {**config["curriculum"],
+                            "mixer": {k: v for k, v in mixer.items() if k != "eta"}}
+  files = (config.get("data") or {}).get("files")
+  if isinstance(files, dict):
+    upgraded = {}
+    for key, section in files.items():
+      if isinstance(section, dict) and section.get("format") in formats.BUILTIN:
+        keep = {n for n, _, _ in formats.arguments(formats.factory(section["format"]))}
+        section = {k: v for k, v in section.items()
+                   if k in keep or k in formats.COMMON or k == "format"}
+      upgraded[key] = section
+    config["data"] = {**config["data"], "files": upgraded}
+  return config
+
+
 def saved_config(config: dict) -> ml_collections.ConfigDict:
-  """A config as a checkpoint saved it, with each field a newer version added taken at its
-  default (a config saved before runs declared their sources ran over ANDREA's sixteen)."""
+  """A config as a checkpoint saved it, in today's shape (:func:`_upgraded`), with each field a
+  newer version added taken at its default (a config saved before runs declared their sources
+  ran over ANDREA's sixteen)."""
   from andrea_jax.config import base_config
   from andrea_jax.sources import SOURCES
+  config = _upgraded(config)
   defaults = base_config(sources=config.get("sources") or SOURCES).to_dict()
   merged = dict(config)
   for section, value in defaults.items():

@@ -2,7 +2,8 @@
 their repetition (:class:`Samples`), each a metric ``(params, step) -> record`` that
 :func:`evaluation` joins into one record.
 
-Each evaluation record holds, for every source the run samples, the held-out loss in nats per
+Each evaluation record holds, for every source the run evaluates (those it samples and those of
+``eval.untrained``, which the means below include), the held-out loss in nats per
 token (``eval/loss/<source>``) and in bits per byte (``eval/bpb/<source>``, comparable across
 tokenizers and with character-level results: :mod:`andrea_jax.data.bpb`), their equal-weight means
 (``eval/mean_loss``, ``eval/mean_bpb``), the loss on the run's target mixture (``eval/target_loss``

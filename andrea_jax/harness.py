@@ -130,7 +130,8 @@ class AndreaLM(TemplateLM):
 
   def tok_decode(self, ids: list[int]) -> str:
     """The text of ``ids``, the end-of-document id and ids the tokenizer lacks left out."""
-    return self.model.tokenizer.decode([i for i in ids if i < self.model.tokenizer.vocab_size])
+    tok = self.model.tokenizer   # as HFLM's, special tokens skipped
+    return tok.decode([i for i in ids if i < tok.vocab_size and i != tok.eod_id])
 
   def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kw
                             ) -> list[tuple[float, bool]]:

@@ -55,6 +55,9 @@ def resolve(where: str, name, builtins: Mapping[str, Callable], what: str) -> An
     module = importlib.import_module(module_name)
   except ImportError as e:
     raise ValueError(f"{where}: cannot import {module_name!r} ({e})") from None
+  except Exception as e:   # the module itself fails: a SyntaxError, a NameError at import
+    raise ValueError(f"{where}: importing {module_name!r} failed ({type(e).__name__}: {e})"
+                     ) from e
   found = getattr(module, attr, None)
   if found is None:
     raise ValueError(f"{where}: module {module_name!r} has no {attr!r}")
@@ -189,4 +192,6 @@ def call(where: str, name: str, make: Callable, kwargs: dict, *leading):
   except (TypeError, ValueError) as e:   # rebuilt as the base class: a subclass may take more
     base = TypeError if isinstance(e, TypeError) else ValueError
     first = str(e).split(" ")[0].split("[")[0]
+    if str(e).startswith(f"{where}.") or str(e).startswith(f"{where} "):
+      raise base(str(e)) from None   # the factory named the field already
     raise base(f"{where}.{e}" if first in kwargs else f"{where} ({name!r}): {e}") from None

@@ -36,10 +36,11 @@ from andrea_jax import step as step_lib
 # are read afterwards (terrain: the basin report's memory budget).
 RESUME_FREE = ("train.stop_step", "train.log_every", "train.progress_bar", "train.plot",
                "train.tensorboard", "train.checkpoint_every", "train.keep_checkpoints",
-               "train.keep_period", "eval.",
+               "train.keep_period", "train.hooks", "eval.",
                "data.workers", "data.cache_dir", "data.prefetch", "data.verify", "mesh.",
                "distributed.", "terrain.", "init.")
-# (init.: a resumed run reads its own checkpoint, never its init source again.)
+# (init.: a resumed run reads its own checkpoint, never its init source again; train.hooks read the
+# state and write records of their own.)
 
 
 def config_changes(saved: dict | None, current: dict) -> list[str]:
@@ -125,8 +126,10 @@ def resume(checkpoints: ckpt_lib.Checkpoints, state: step_lib.TrainState, record
   fresh count; resumed unchanged, the streak goes on, so it halts where the uninterrupted run does.
   """
   is_main = jax.process_index() == 0
+  # A checkpoint from before the epochs were counted restores with a fresh count.
   restored = checkpoints.restore_latest(jax.tree.map(
-      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state))
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state),
+      fill={"rows_seen": state.rows_seen})
   if restored is None:
     if is_main:
       print(f"starting from step 0 (no checkpoint in {checkpoints.directory})")
@@ -134,7 +137,7 @@ def resume(checkpoints: ckpt_lib.Checkpoints, state: step_lib.TrainState, record
   start, state, meta = restored
   print(f"resuming from step {start} ({checkpoints.directory}/{start})")
   meta = meta if isinstance(meta, dict) else {}
-  changed = config_changes(meta.get("config"), record)
+  changed = config_changes(_today(meta.get("config")), record)
   saved_data = meta.get("data")
   if saved_data is not None and saved_data != data_digest and is_main:
     # The same config on other tokens: a retrained tokenizer at the same path, new files.
@@ -155,6 +158,18 @@ def resume(checkpoints: ckpt_lib.Checkpoints, state: step_lib.TrainState, record
           f"{'; '.join(changed)}. The run goes on with the new values; it is not the "
           "uninterrupted run of either config", file=sys.stderr)
   return start, state
+
+
+def _today(saved):
+  """A saved config in today's shape (:func:`andrea_jax.checkpoint.saved_config`: an older
+  version's sections moved, the fields added since at their defaults), so that only what the
+  user changed is listed; the config as saved when it cannot be read so."""
+  if not isinstance(saved, dict):
+    return saved
+  try:
+    return ckpt_lib.saved_config(saved).to_dict()
+  except Exception:   # a config no version wrote: compared as it is
+    return saved
 
 
 def end_step(num_steps: int, stop_step: int, start: int, directory: str) -> int:
@@ -204,6 +219,9 @@ def init_source(run: runconfig.Run, directory: str
       saved = ckpt_lib.load_checkpoint(spec.from_run, spec.run_step)
     except (FileNotFoundError, ckpt_lib.CheckpointError) as e:
       raise pretrained.InitError(f"{spec.source}: {e}") from e
+    except (ValueError, TypeError, data_lib.DataError) as e:   # its config, rebuilt here
+      raise pretrained.InitError(f"{spec.source}: the source run's saved config does not build "
+                                 f"here: {e}") from e
     source = pretrained.from_params(
         saved.params, saved.run.model, data_lib.load_tokenizer(saved.run.data.tokenizer),
         saved.step, mcfg, tokenizer, spec.source, spec.from_run)

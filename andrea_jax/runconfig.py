@@ -20,6 +20,7 @@ import ml_collections
 from andrea_jax import checks
 from andrea_jax import cliff as cliff_lib
 from andrea_jax import curriculum
+from andrea_jax.curriculum import rewards as rewards_lib
 from andrea_jax import hooks as hooks_lib
 from andrea_jax import optim
 from andrea_jax import plugins
@@ -131,7 +132,11 @@ def user_hooks(value) -> tuple[hooks_lib.Hook, ...]:
   arguments returning one; errors name ``train.hooks`` and the name."""
   out = []
   for name, found in _named("train.hooks", value, "hook"):
-    hook = found if isinstance(found, hooks_lib.Hook) else found() if callable(found) else None
+    try:
+      hook = found if isinstance(found, hooks_lib.Hook) else found() if callable(found) else None
+    except TypeError as e:   # a function of the step (a hook's fn) named instead of the Hook
+      raise ValueError(f"train.hooks = {name!r}: calling it with no arguments failed ({e}); name "
+                       "a Hook(every, fn), or a function of no arguments that returns one") from None
     if not isinstance(hook, hooks_lib.Hook) or not callable(hook.fn):
       raise ValueError(f"train.hooks = {name!r}: not a Hook(every, fn) nor a function returning "
                        f"one (got {type(hook).__name__})")
@@ -240,8 +245,14 @@ def _check_signals(spec: curriculum.CurriculumSpec, run_probes) -> None:
   """Every signal a mixer reads is measured by one of the run's probes (before anything
   compiles): the error names the mixer, the signal and the probe to turn on."""
   measured = {p.name for p in run_probes}
-  for (name, _), mixer in zip(spec.mixer_set.keys, spec.mixers):
+  for (name, args), mixer in zip(spec.mixer_set.keys, spec.mixers):
+    reward = dict(args).get("reward") if isinstance(args, tuple) else None
     for signal in mixer.signals:
+      if signal not in measured and reward == signal and signal not in rewards_lib.BUILTIN:
+        raise ValueError(
+            f"curriculum.mixer.reward = {signal!r} is neither a built-in reward "
+            f"({', '.join(rewards_lib.BUILTIN)}) nor a probe of this run (probes: "
+            f"{', '.join(sorted(measured)) or 'none measure'}), nor 'package.module:factory'")
       if signal not in measured:
         where = ("curriculum.mixer" if mixer is spec.mixer else f"the mixer {name!r}")
         raise ValueError(

@@ -69,19 +69,19 @@ class TrainedModel:
     return load_chat_template(self.template_spec)
 
 
-def run_chat_template(data, used_sources: tuple[str, ...]) -> str | None:
-  """The chat template spec of a run's conversation sources (``data.files.<source>.template`` of
-  each used source read as conversations: ``format = "hf"`` with layout ``messages`` or
-  ``tree``), the first one's when they differ; ``None`` when the run read none. ``data`` is the
-  run's :class:`andrea_jax.data.DataSpec`.
+def run_chat_template(data, trained_sources: tuple[str, ...]) -> str | None:
+  """The chat template spec of the conversation sources a run trained on
+  (``data.files.<source>.template`` of each read as conversations: ``format = "hf"`` with layout
+  ``messages`` or ``tree``), the first one's when they differ; ``None`` when it trained on none.
+  ``data`` is the run's :class:`andrea_jax.data.DataSpec`.
 
   Example:
-    >>> run_chat_template(run.data, run.evaluated)
+    >>> run_chat_template(run.data, run.trainable)
     'chatml'
   """
   if data.corpus != "files":
     return None
-  for name in used_sources:
+  for name in trained_sources:
     source = data.files.get(name)
     reader = source.reader if source is not None else None
     if getattr(reader, "layout", None) in CONVERSATION_LAYOUTS:   # a dataset of conversations
@@ -100,7 +100,7 @@ def from_workdir(workdir: str, step: int | None = None) -> TrainedModel:
   config = dataclasses.replace(run.model, dtype="float32")
   return TrainedModel(params=saved.params, config=config, tokenizer=tokenizer,
                       origin=os.path.abspath(workdir), step=saved.step,
-                      template_spec=run_chat_template(run.data, run.evaluated),
+                      template_spec=run_chat_template(run.data, run.trainable),
                       run_config=saved.config.to_dict())
 
 

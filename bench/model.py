@@ -18,18 +18,11 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from andrea_jax import logs
 from andrea_jax import model as m
 
-# Dense bf16 peak FLOP/s per device kind (SXM parts; H200 shares H100 SXM's compute).
-PEAK_FLOPS = (("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("A100", 312e12))
-
-
-def peak_flops(device) -> float | None:
-  kind = getattr(device, "device_kind", "")
-  for name, peak in PEAK_FLOPS:
-    if name in kind:
-      return peak
-  return None
+# Dense bf16 peak FLOP/s per device kind: the trainer's own table (andrea_jax.logs).
+peak_flops = logs.peak_flops
 
 
 def measure(cfg: m.ModelConfig, batch: int, seq_len: int, steps: int, packed: bool):

@@ -82,7 +82,7 @@ def test_close_window_hand_worked(maybe_jit):
   # B is absent (NaN loss, 0 tokens) then has 100 tokens at 4.0.
   s = observe(s, jnp.array([3.0, jnp.nan]), jnp.array([100.0, 0.0]))
   s = observe(s, jnp.array([2.0, 4.0]), jnp.array([300.0, 100.0]))
-  np.testing.assert_allclose(s.win_value, [2.25, 4.0], rtol=1e-6)
+  np.testing.assert_allclose(s.win_loss, [2.25, 4.0], rtol=1e-6)
   s = close(s)
   np.testing.assert_allclose(s.counts, [0.0, 0.0])  # no reference yet: no progress
   np.testing.assert_allclose(s.ref_tokens, [400.0, 100.0])
@@ -151,7 +151,7 @@ def test_extreme_inputs_stay_finite(losses, tokens):
     s = _observe(s, jnp.asarray(l, jnp.float32), jnp.asarray(n, jnp.float32))
     if i % 2:
       s = _close(p, s)
-  for name in ("counts", "progress", "ref_loss", "ref_tokens", "win_value", "win_weight"):
+  for name in ("counts", "progress", "ref_loss", "ref_tokens", "win_loss", "win_tokens"):
     assert np.all(np.isfinite(getattr(s, name))), name
   assert np.all(np.isfinite(_index(p, s)))
   r = _rewards(p, s)

@@ -117,8 +117,8 @@ def test_a_changed_cap_prepares_that_source_alone_and_no_cap_keeps_the_old_recor
 
 
 def test_the_cap_of_a_source_in_the_data_section(tmp_path):
-  """``data.files.<source>.max_tokens`` reaches the prepared source (corpus ``"files"``); the
-  prepared folder is the uncapped one's, where the capped source is redone alone."""
+  """``data.files.<source>.max_tokens`` reaches the prepared source (corpus ``"files"``), in a
+  prepared folder of its own: runs with other caps never rewrite each other's shards."""
   spec = _write(tmp_path, "jsonl")
   cfg = data_config(("chat",), corpus="files")
   cfg.update(cache_dir=str(tmp_path / "cache"), seq_len=16, workers=1, eval_fraction=0.1)
@@ -126,9 +126,10 @@ def test_the_cap_of_a_source_in_the_data_section(tmp_path):
   whole = open_training_data(data_spec(cfg, ("chat",)), progress=False)
   cfg.files.chat.max_tokens = cap = int(_lengths(DOCS)[:30].sum()) - 1   # 29 documents
   capped = open_training_data(data_spec(cfg, ("chat",)), progress=False)
-  assert capped.path == whole.path
+  assert capped.path != whole.path
   assert capped.num_tokens("chat", "train") + capped.num_tokens("chat", "eval") == (
       _lengths(DOCS)[:29].sum()) <= cap
+  assert open_training_data(data_spec(cfg, ("chat",)), progress=False).path == capped.path
 
 
 def _state(path, sources):
@@ -149,7 +150,7 @@ def test_a_capped_builtin_source_leaves_the_uncapped_corpus_as_it_is(tmp_path):
   cap = int(_lengths(docs)[:20].sum()) + 3          # 20 whole documents
   cfg.files.chat.max_tokens = cap
   capped = open_training_data(data_spec(cfg), progress=False)
-  assert capped.path == plain.path + "-capped"
+  assert capped.path.startswith(plain.path + "-cap-")
   held = eval_mask("chat", 0, 20, BUILTIN_EVAL_FRACTION)
   assert _docs(np.concatenate(capped.shards("chat", "train"))) == [
       d for d, h in zip(docs[:20], held) if not h]
@@ -159,14 +160,13 @@ def test_a_capped_builtin_source_leaves_the_uncapped_corpus_as_it_is(tmp_path):
   # The uncapped folder: the same manifest and shards, byte for byte.
   assert open(os.path.join(plain.path, "manifest.json"), "rb").read() == manifest
   assert _state(plain.path, ("chat", "gutenberg")) == before
-  # Another cap: chat alone is prepared again, in the capped folder.
-  others = _state(capped.path, ("gutenberg",))
-  mtime = os.stat(os.path.join(capped.path, "gutenberg.train.00000.bin")).st_mtime_ns
+  # Another cap: a folder of its own; the first capped folder is left as it is.
+  first = _state(capped.path, ("chat", "gutenberg"))
   cfg.files.chat.max_tokens = cap // 2
   again = open_training_data(data_spec(cfg), progress=False)
-  assert again.path == capped.path and again.num_tokens("chat") < capped.num_tokens("chat")
-  assert _state(again.path, ("gutenberg",)) == others
-  assert os.stat(os.path.join(capped.path, "gutenberg.train.00000.bin")).st_mtime_ns == mtime
+  assert again.path != capped.path and again.num_tokens("chat") < capped.num_tokens("chat")
+  assert _state(again.path, ("gutenberg",)) == {"gutenberg": first["gutenberg"]}
+  assert _state(capped.path, ("chat", "gutenberg")) == first
 
 
 def test_a_builtin_corpus_takes_a_cap_and_nothing_else_per_source(tmp_path):
@@ -197,7 +197,7 @@ def test_a_capped_stdlib_source(tmp_path):
   plain = open_training_data(data_spec(cfg, STDLIB_SOURCES), progress=False)
   cfg.files.python_code.max_tokens = 100_000
   capped = open_training_data(data_spec(cfg, STDLIB_SOURCES), progress=False)
-  assert capped.path == plain.path + "-capped"
+  assert capped.path.startswith(plain.path + "-cap-")
   total = capped.num_tokens("python-code", "train") + capped.num_tokens("python-code", "eval")
   assert 90_000 < total <= 100_000 < plain.num_tokens("python-code")
   assert capped.num_tokens("notes") == plain.num_tokens("notes")

@@ -37,18 +37,28 @@ def _norm(info):
 def test_hook_records_follow_the_steps_and_a_resumed_run_writes_them_again(tmp_path, data_cache):
   """20 steps, a hook every 5: its records at steps 5, 10, 15, 20, each holding the state after
   that many steps (its step counter, and at the checkpoint of step 10 the norm of the checkpoint's
-  weights); in one go and as 7 + 13, the same metrics.jsonl."""
+  weights); in one go, as 7 + 13 and as 10 + 10 (resumed where the hook is due: it runs again at
+  the start, with no step's metrics), the same metrics.jsonl."""
   c = small_run_config(num_steps=20)
   c.train.checkpoint_every = 10
-  norm = hooks.Hook(every=5, fn=_norm)
+  calls = []
+
+  def norm_and_note(info):
+    calls.append((info.step, info.metrics is None))
+    return _norm(info)
+
+  norm = hooks.Hook(every=5, fn=norm_and_note)
   train.train_and_evaluate(c, str(tmp_path / "whole"), hooks=[norm])
-  c.train.stop_step = 7
-  train.train_and_evaluate(c, str(tmp_path / "parts"), hooks=[norm])
-  c.train.stop_step = 0
-  train.train_and_evaluate(c, str(tmp_path / "parts"), hooks=[norm])
+  for stop, name in ((7, "parts"), (10, "tens")):
+    c.train.stop_step = stop
+    train.train_and_evaluate(c, str(tmp_path / name), hooks=[norm])
+    c.train.stop_step = 0
+    calls.clear()
+    train.train_and_evaluate(c, str(tmp_path / name), hooks=[norm])
+  assert calls[0] == (10, True) and calls[1:] == [(15, False), (20, False)]
   read = lambda run: [json.loads(line) for line in (tmp_path / run / "metrics.jsonl").open()]
   whole = read("whole")
-  assert read("parts") == whole
+  assert read("parts") == whole and read("tens") == whole
   mine = [r for r in whole if "weights/norm" in r]
   assert [(r["step"], r["weights/step"]) for r in mine] == [(5, 5), (10, 10), (15, 15), (20, 20)]
   steps = [r["step"] for r in whole]

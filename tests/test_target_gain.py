@@ -331,3 +331,16 @@ def test_a_factorys_probe_is_checked(every, rows, error, message):
     probes._checked("probes.p", "pkg.mod:factory", made, 4)
   assert str(e.value) == message
   assert probes._checked("probes.p", "x", made._replace(every=2, rows={"t": 8}), 4).every == 2
+
+
+def test_a_reward_that_names_nothing_says_so():
+  """A misspelt reward is neither a built-in reward nor a probe: said so, not 'turn on a probe'."""
+  c = small_run_config()
+  curriculum.set_mixer(c, "andrea", reward="progres")
+  with pytest.raises(ValueError, match=r"curriculum.mixer.reward = 'progres' is neither a "
+                                       r"built-in reward \(progress, target_gain\) nor a probe "
+                                       r"of this run \(probes: none measure\)"):
+    runconfig.build(c)
+  c.probes.target_gain.every = 4
+  with pytest.raises(ValueError, match=r"^probes.target_gain.every = 4 measures"):
+    runconfig.build(c)   # the probe's own error, its field named once

@@ -439,3 +439,59 @@ def test_the_readme_sequence_runs_one_donated_step():
   # The caller's keys were not donated with the state: a second state can still be built from them.
   again = train.init_state(run, keys)
   np.testing.assert_array_equal(np.asarray(again.curriculum.key), np.asarray(keys["curriculum"]))
+
+
+def test_a_checkpoint_from_before_the_epoch_count_resumes_with_a_fresh_count(tmp_path):
+  """A state saved by an older version, without ``rows_seen``: restored whole but that array,
+  which takes the value given for it, with a warning; without one, refused naming the array."""
+  import flax.serialization
+  from andrea_jax import checkpoint as ckpt_lib
+  run = runconfig.build(small_run_config())
+  state = jax.jit(lambda: train.init_state(run, train.run_keys(0)))()
+  old = flax.serialization.to_state_dict(state)
+  del old["rows_seen"]
+  checkpoints = ckpt_lib.Checkpoints(str(tmp_path / "checkpoints"))
+  try:
+    checkpoints.save(5, old, {"step": 5})
+    checkpoints.wait()
+    abstract = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
+    with pytest.raises(ckpt_lib.CheckpointError, match=r"no array 'rows_seen'.* older version"):
+      checkpoints.restore_latest(abstract)
+    sevens = jnp.full((len(run.sources),), 7, jnp.int32)
+    with pytest.warns(UserWarning, match=r"older andrea_jax, without rows_seen.* from step 5"):
+      step, got, _ = checkpoints.restore_latest(abstract, fill={"rows_seen": sevens})
+  finally:
+    checkpoints.close()
+  assert step == 5 and got.rows_seen.tolist() == [7] * len(run.sources)
+  for a, b in zip(jax.tree.leaves(got.params), jax.tree.leaves(state.params)):
+    np.testing.assert_array_equal(a, b)
+  assert int(got.step) == 0 and got.curriculum.weights.shape == state.curriculum.weights.shape
+
+
+def test_a_config_an_older_version_saved_builds_as_today():
+  """The shape a checkpoint's config had before the probes and the data formats: the target
+  gain's top-level section, random_only's eta, flat data.files sections with every format's
+  fields. Read back (checkpoint.saved_config), it builds the run today's shape builds."""
+  c = small_run_config()
+  c.eval.target.chat = 1.0
+  c.probes.target_gain.update(every=4, rows_per_source=1)
+  curriculum.set_mixer(c, "andrea", reward="target_gain")
+  today = c.to_dict()
+  old = dict(today)
+  old["target_gain"] = {k: v for k, v in today["probes"]["target_gain"].items()
+                        if k not in ("name", "target_split")}
+  del old["probes"], old["train"]["hooks"], old["eval"]["metrics"], old["eval"]["untrained"]
+  flat = {"paths": "", "format": "jsonl", "text_field": "text", "separator": "<|endoftext|>",
+          "dataset": "", "split": "train", "layout": "text", "loss_on": "all", "max_tokens": 0,
+          "eval_fraction": None, "streaming": False}
+  old["data"] = {**today["data"], "files": {k: dict(flat) for k in today["data"]["files"]}}
+  run = runconfig.build(ckpt_lib.saved_config(old))
+  (probe,) = run.step.probes
+  assert (probe.name, probe.every, probe.rows["probe"]) == ("target_gain", 4, len(run.trainable))
+  import dataclasses
+  without = lambda d: dataclasses.replace(d, tokenizer=None)   # a tokenizer is itself alone
+  assert without(run.data) == without(runconfig.build(c).data)
+  assert resume.config_changes(resume._today(old), today) == []
+  old["curriculum"]["mixer"] = {"name": "random_only", "eta": 0.3}
+  assert runconfig.build(ckpt_lib.saved_config(old)).curriculum.mixer_name == "random_only"

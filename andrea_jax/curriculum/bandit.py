@@ -52,7 +52,7 @@ gives equal rewards.
 **A measured signal** (the other kind of reward, :mod:`andrea_jax.curriculum.rewards`): instead of
 each source's own learning progress, :func:`observe_signal` records a probe's per-source
 measurement every few steps (the target gain: how fast a step on each source lowers the loss on the
-run's target, :mod:`andrea_jax.target_gain`), and :func:`close_signal_window` folds the window's
+run's target, :mod:`andrea_jax.probes.target_gain`), and :func:`close_signal_window` folds the window's
 mean measurement into the same discounted statistics (one count per measurement). The rescaling
 and the index below are the same for every reward.
 
@@ -172,9 +172,10 @@ class BanditState:
     progress: ``P_s``, discounted sum of ``nu_s p_s``.
     ref_loss, ref_tokens: mean loss and tokens of the source's reference window.
     has_ref: bool, whether the source has a reference window.
-    win_value, win_weight: in the open window, the weighted mean of what the reward observes and
+    win_loss, win_tokens: in the open window, the weighted mean of what the reward observes and
       its weight (progress: the token-weighted mean loss and the tokens; a signal: the mean
-      measurement and the number of measurements).
+      measurement and the number of measurements; the names are progress's, kept so that
+      checkpoints stay readable).
     win_steps: int32 scalar, steps in the open window.
     last_progress: ``p_s`` of the last closed window (NaN where none).
   """
@@ -183,8 +184,8 @@ class BanditState:
   ref_loss: jax.Array
   ref_tokens: jax.Array
   has_ref: jax.Array
-  win_value: jax.Array
-  win_weight: jax.Array
+  win_loss: jax.Array
+  win_tokens: jax.Array
   win_steps: jax.Array
   last_progress: jax.Array
 
@@ -195,7 +196,7 @@ def init(num_sources: int) -> BanditState:
   z = lambda: jnp.zeros((num_sources,), jnp.float32)
   return BanditState(
       counts=z(), progress=z(), ref_loss=z(), ref_tokens=z(),
-      has_ref=jnp.zeros((num_sources,), bool), win_value=z(), win_weight=z(),
+      has_ref=jnp.zeros((num_sources,), bool), win_loss=z(), win_tokens=z(),
       win_steps=jnp.zeros((), jnp.int32),
       last_progress=jnp.full((num_sources,), jnp.nan, jnp.float32))
 
@@ -213,20 +214,20 @@ def observe(state: BanditState, losses: jax.Array, tokens: jax.Array) -> BanditS
 
   Example:
     >>> s = observe(init(2), jnp.array([2.0, jnp.nan]), jnp.array([100., 0.]))
-    >>> s.win_value, s.win_weight
+    >>> s.win_loss, s.win_tokens
     (Array([2., 0.], dtype=float32), Array([100.,   0.], dtype=float32))
   """
   losses = jnp.asarray(losses, jnp.float32)
   tokens = jnp.asarray(tokens, jnp.float32)
-  if losses.shape != state.win_value.shape or tokens.shape != state.win_value.shape:
-    raise ValueError(f"observe: losses and tokens must have shape {state.win_value.shape} (one per "
+  if losses.shape != state.win_loss.shape or tokens.shape != state.win_loss.shape:
+    raise ValueError(f"observe: losses and tokens must have shape {state.win_loss.shape} (one per "
                      f"source), got {losses.shape} and {tokens.shape}")
   valid = (tokens >= TOKENS_RANGE[0]) & jnp.isfinite(losses) & jnp.isfinite(tokens)
   n = jnp.where(valid, jnp.minimum(tokens, TOKENS_RANGE[1]), 0.0)
   l = jnp.clip(jnp.where(valid, losses, 0.0), -LOSS_CLIP, LOSS_CLIP)
-  total = state.win_weight + n
+  total = state.win_tokens + n
   frac = jnp.where(valid, n / jnp.where(valid, total, 1.0), 0.0)
-  return state.replace(win_value=state.win_value + (l - state.win_value) * frac, win_weight=total,
+  return state.replace(win_loss=state.win_loss + (l - state.win_loss) * frac, win_tokens=total,
                        win_steps=state.win_steps + 1)
 
 
@@ -278,52 +279,52 @@ def close_window(params: BanditParams, state: BanditState) -> BanditState:
     Array([0.001, 0.   ], dtype=float32)
   """
   steps = jnp.maximum(state.win_steps, 1).astype(jnp.float32)   # a divisor: never 0
-  observed = state.win_weight > 0
+  observed = state.win_tokens > 0
   has_progress = observed & state.has_ref
   progress = jnp.where(
       has_progress,
-      learning_progress(state.ref_loss, state.ref_tokens, state.win_value, state.win_weight), 0.0)
-  between = jnp.maximum(0.5 * (state.ref_tokens + state.win_weight), 1.0)
-  per_step = jnp.maximum(jnp.sum(state.win_weight), 1.0) / steps
+      learning_progress(state.ref_loss, state.ref_tokens, state.win_loss, state.win_tokens), 0.0)
+  between = jnp.maximum(0.5 * (state.ref_tokens + state.win_tokens), 1.0)
+  per_step = jnp.maximum(jnp.sum(state.win_tokens), 1.0) / steps
   nu = jnp.where(has_progress, jnp.minimum(between / per_step, 4.0 * steps), 0.0)
   # gamma^L over the L steps of the window: an empty window (no observe since the last close,
   # e.g. the first decision) decays nothing.
   decay = jnp.asarray(params.discount, jnp.float32) ** state.win_steps.astype(jnp.float32)
-  z = lambda: jnp.zeros_like(state.win_weight)
+  z = lambda: jnp.zeros_like(state.win_tokens)
   return state.replace(
       counts=decay * state.counts + nu,
       progress=decay * state.progress + nu * progress,
-      ref_loss=jnp.where(observed, state.win_value, state.ref_loss),
-      ref_tokens=jnp.where(observed, state.win_weight, state.ref_tokens),
+      ref_loss=jnp.where(observed, state.win_loss, state.ref_loss),
+      ref_tokens=jnp.where(observed, state.win_tokens, state.ref_tokens),
       has_ref=state.has_ref | observed,
-      win_value=z(), win_weight=z(), win_steps=jnp.zeros_like(state.win_steps),
+      win_loss=z(), win_tokens=z(), win_steps=jnp.zeros_like(state.win_steps),
       last_progress=jnp.where(has_progress, progress, jnp.nan))
 
 
-def observe_signal(state: BanditState, gains: jax.Array) -> BanditState:
+def observe_signal(state: BanditState, signal_S: jax.Array) -> BanditState:
   """Adds one measurement of a per-source signal to the open window (a reward from a probe, e.g.
-  the target gain: :mod:`andrea_jax.target_gain`): O(S), no branch.
+  the target gain: :mod:`andrea_jax.probes.target_gain`): O(S), no branch.
 
-  ``gains[s]`` is source ``s``'s measurement (the target gain: how fast a step on ``s`` lowers the
+  ``signal_S[s]`` is source ``s``'s measurement (the target gain: how fast a step on ``s`` lowers the
   loss on the run's target, first order, nats per unit step); NaN where the step measured nothing
   (a probe measures every few steps, and only the sources the run can sample). The window keeps
-  each source's running mean of its measurements in ``win_value`` and their number in
-  ``win_weight``; values are clipped to ``[-1e6, 1e6]``.
+  each source's running mean of its measurements in ``win_loss`` and their number in
+  ``win_tokens``; values are clipped to ``[-1e6, 1e6]``.
 
   Example:
     >>> s = observe_signal(observe_signal(init(2), jnp.array([1.0, jnp.nan])), jnp.array([3.0, 2.0]))
-    >>> s.win_value, s.win_weight
+    >>> s.win_loss, s.win_tokens
     (Array([2., 2.], dtype=float32), Array([2., 1.], dtype=float32))
   """
-  gains = jnp.asarray(gains, jnp.float32)
-  if gains.shape != state.win_value.shape:
-    raise ValueError(f"observe_signal: gains must have shape {state.win_value.shape} (one per "
-                     f"source), got {gains.shape}")
-  valid = jnp.isfinite(gains)
-  g = jnp.clip(jnp.where(valid, gains, 0.0), -LOSS_CLIP, LOSS_CLIP)
-  total = state.win_weight + valid.astype(jnp.float32)
+  signal_S = jnp.asarray(signal_S, jnp.float32)
+  if signal_S.shape != state.win_loss.shape:
+    raise ValueError(f"observe_signal: signal_S must have shape {state.win_loss.shape} (one per "
+                     f"source), got {signal_S.shape}")
+  valid = jnp.isfinite(signal_S)
+  g = jnp.clip(jnp.where(valid, signal_S, 0.0), -LOSS_CLIP, LOSS_CLIP)
+  total = state.win_tokens + valid.astype(jnp.float32)
   frac = jnp.where(valid, 1.0 / jnp.where(valid, total, 1.0), 0.0)
-  return state.replace(win_value=state.win_value + (g - state.win_value) * frac, win_weight=total,
+  return state.replace(win_loss=state.win_loss + (g - state.win_loss) * frac, win_tokens=total,
                        win_steps=state.win_steps + 1)
 
 
@@ -343,14 +344,14 @@ def close_signal_window(params: BanditParams, state: BanditState) -> BanditState
     >>> estimates(s)
     Array([ 0.001, -0.001], dtype=float32)
   """
-  observed = state.win_weight > 0
+  observed = state.win_tokens > 0
   decay = jnp.asarray(params.discount, jnp.float32) ** state.win_steps.astype(jnp.float32)
-  z = lambda: jnp.zeros_like(state.win_weight)
+  z = lambda: jnp.zeros_like(state.win_tokens)
   return state.replace(
-      counts=decay * state.counts + state.win_weight,
-      progress=decay * state.progress + state.win_weight * state.win_value,
-      win_value=z(), win_weight=z(), win_steps=jnp.zeros_like(state.win_steps),
-      last_progress=jnp.where(observed, state.win_value, jnp.nan))
+      counts=decay * state.counts + state.win_tokens,
+      progress=decay * state.progress + state.win_tokens * state.win_loss,
+      win_loss=z(), win_tokens=z(), win_steps=jnp.zeros_like(state.win_steps),
+      last_progress=jnp.where(observed, state.win_loss, jnp.nan))
 
 
 def estimates(state: BanditState) -> jax.Array:

@@ -18,7 +18,7 @@ Mixers are made by factories with typed keyword arguments, as ``optax.adamw(b1=.
   bandit's indices, ties broken at random): ``w <- (1 - eta) w + eta v``. The bandit's reward
   (:mod:`andrea_jax.curriculum.rewards`) is each source's own learning progress
   (``reward="progress"``), its *target gain* (``reward="target_gain"``: how fast a step on it
-  lowers the loss on the run's declared target, :mod:`andrea_jax.target_gain`), any probe's
+  lowers the loss on the run's declared target, :mod:`andrea_jax.probes.target_gain`), any probe's
   signal, or a reward of one's own. ``"bandit_only"`` and ``"random_only"`` are the walk with
   ``random_share`` 0 and 1.
 * :func:`static` (``"static"``): every phase holds one mixture (uniform by default). A geometry

@@ -8,7 +8,7 @@ index and the walk are the same. The built-in ones:
 * ``"progress"`` (:func:`progress`): each source's own learning progress, the fall of its loss over
   its tokens between two windows, observed on every batch;
 * ``"target_gain"`` (:func:`target_gain`): how fast a step on each source lowers the loss on the
-  run's declared target, the signal of the probe of that name (:mod:`andrea_jax.target_gain`);
+  run's declared target, the signal of the probe of that name (:mod:`andrea_jax.probes.target_gain`);
 * the name of any other probe's signal (``probes.<name>``: :mod:`andrea_jax.probes`): that
   signal, each source's mean measurement over the window (:func:`measured`);
 * ``"package.module:factory"``: a reward of the user's own, a function with no required argument
@@ -65,7 +65,7 @@ def measured(signal: str) -> Reward:
 
 
 def target_gain() -> Reward:
-  """The target gain (:mod:`andrea_jax.target_gain`): ``measured("target_gain")``."""
+  """The target gain (:mod:`andrea_jax.probes.target_gain`): ``measured("target_gain")``."""
   return measured("target_gain")
 
 
@@ -91,7 +91,11 @@ def get(name: str) -> Reward:
   if ":" not in name:
     return measured(name)
   found = plugins.resolve(where, name, BUILTIN, "reward")
-  reward = found if isinstance(found, Reward) else found() if callable(found) else None
+  try:
+    reward = found if isinstance(found, Reward) else found() if callable(found) else None
+  except TypeError as e:   # a function that takes arguments
+    raise ValueError(f"{where}: calling it with no arguments failed ({e}); name a Reward or a "
+                     "function of no arguments that returns one") from None
   if not isinstance(reward, Reward):
     raise ValueError(f"{where}: {name.partition(':')[2]!r} is not a Reward nor a function "
                      f"returning one (got {type(reward).__name__})")

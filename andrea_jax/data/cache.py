@@ -8,6 +8,8 @@ copy. :func:`build_once` does that for any directory a function can write.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 from collections.abc import Callable, Mapping
@@ -28,12 +30,16 @@ def default_cache_dir() -> str:
 
 def prepared_folder(root: str, tokenizer, caps: Mapping[str, int] | None = None) -> str:
   """Where a built-in corpus under ``root`` is prepared for ``tokenizer``:
-  ``<root>/prepared-<fingerprint[:16]>``, or ``...-capped`` when ``caps`` gives some source a cap
-  (``max_tokens`` > 0). The capped folder holds every source (the uncapped ones as in the other);
-  each source's manifest entry records its cap, so a changed cap prepares that source again and
-  leaves the uncapped folder as it is."""
+  ``<root>/prepared-<fingerprint[:16]>``, or ``...-cap-<digest>`` when ``caps`` gives some source a
+  cap (``max_tokens`` > 0), the digest of the caps: each set of caps has a folder of its own
+  (every source in it, the uncapped ones as in the other), so runs with other caps never
+  rewrite each other's shards, and the uncapped folder stays as it is."""
   name = f"prepared-{tokenizer.fingerprint[:16]}"
-  return os.path.join(root, name + ("-capped" if any((caps or {}).values()) else ""))
+  given = sorted((s, int(n)) for s, n in (caps or {}).items() if n)
+  if not given:
+    return os.path.join(root, name)
+  digest = hashlib.sha256(json.dumps(given).encode()).hexdigest()[:8]
+  return os.path.join(root, f"{name}-cap-{digest}")
 
 
 def is_complete(path: str) -> bool:

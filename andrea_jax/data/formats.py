@@ -238,21 +238,23 @@ def folder_key(source: Source) -> dict:
   """What of a source names the prepared folder of a file corpus
   (:func:`andrea_jax.data.pipeline.files_prepared_dir`): its format and fields, spelled for the
   built-ins as their specs were before formats had names, so that their folders stay where they
-  were. The cap is left out: a changed cap prepares that source again in the same folder, whose
-  manifest entry records it."""
+  were; a cap names the folder too (a Hub source's always did), so runs with other caps never
+  rewrite each other's shards."""
   args, reader = dict(source.arguments), source.reader
   if isinstance(reader, hub_spec.HubSpec):
-    fields = reader._replace(eval_fraction=source.eval_fraction, max_tokens=0)._asdict()
+    fields = reader._replace(eval_fraction=source.eval_fraction,
+                             max_tokens=source.max_tokens)._asdict()
     for name in ("loss_on", "tools_field"):   # added later: only where set, as before
       if fields[name] == hub_spec.HubSpec._field_defaults[name]:
         del fields[name]
     return fields
+  cap = {"max_tokens": source.max_tokens} if source.max_tokens else {}
   if isinstance(reader, (readers.Jsonl, readers.Text, readers.Parquet)):
     return {"paths": list(readers.patterns(reader.paths)), "format": source.format,
             "text_field": args.get("text_field", "text"),
             "separator": args.get("separator", readers.DEFAULT_SEPARATOR),
-            "eval_fraction": source.eval_fraction}
-  return {"format": source.format, "arguments": args, "eval_fraction": source.eval_fraction}
+            "eval_fraction": source.eval_fraction, **cap}
+  return {"format": source.format, "arguments": args, "eval_fraction": source.eval_fraction, **cap}
 
 
 def switch_formats(config: ml_collections.ConfigDict, overrides: Mapping[str, Any]) -> None:

@@ -145,7 +145,7 @@ def test_the_bandit_stays_finite_on_any_observation(windows):
   for losses, tokens in windows:
     state = _window(params, state, jnp.asarray(losses, jnp.float32),
                     jnp.asarray(tokens, jnp.float32))
-  for name in ("counts", "progress", "ref_loss", "ref_tokens", "win_value", "win_weight"):
+  for name in ("counts", "progress", "ref_loss", "ref_tokens", "win_loss", "win_tokens"):
     assert np.isfinite(getattr(state, name)).all(), name
   assert np.isfinite(bandit.ucb_index(params, state)).all()
   r = np.asarray(bandit.rewards(params, state))

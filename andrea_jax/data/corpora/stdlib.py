@@ -302,8 +302,8 @@ def ensure_stdlib(cache_dir: str, tokenizer: Tokenizer, stdlib_dir: str | None =
   """Generates and prepares the standard-library corpus once; returns the prepared directory,
   ``<stdlib_root>/prepared-<tokenizer fingerprint[:16]>``. A second call re-reads the library and
   re-checks the prepared sources, and does nothing else. With ``caps`` (source -> ``max_tokens``,
-  a cap of whole documents) the corpus is prepared in ``prepared-<fingerprint[:16]>-capped``
-  beside it, which the uncapped one never shares.
+  a cap of whole documents) the corpus is prepared in ``prepared-<fingerprint[:16]>-cap-<digest>``
+  beside it (one folder per set of caps), which the uncapped one never shares.
 
   Example:
     >>> path = ensure_stdlib("~/.cache/andrea_jax", load_tokenizer("bytes"))

@@ -108,8 +108,8 @@ def ensure_builtin(cache_dir: str, tokenizer: Tokenizer, scale: float = 1.0, *, 
   The cache is keyed by the generator version, ``scale`` and the tokenizer's fingerprint:
   ``<cache_dir>/builtin/v1-scale1/prepared-<fingerprint[:16]>``. A second call only re-checks it.
   With ``caps`` (source -> ``max_tokens``, a cap of whole documents) the corpus is prepared in
-  ``prepared-<fingerprint[:16]>-capped`` beside it (:func:`andrea_jax.data.cache.prepared_folder`),
-  which the uncapped one never shares.
+  ``prepared-<fingerprint[:16]>-cap-<digest of the caps>`` beside it
+  (:func:`andrea_jax.data.cache.prepared_folder`), which the uncapped one never shares.
 
   Example:
     >>> path = ensure_builtin("~/.cache/andrea_jax", load_tokenizer("bytes"))
