@@ -6,10 +6,11 @@ commands of one block run in order in one scratch directory that holds the repos
 ``experiments/`` and ``bench/`` (so ``runs/...`` and ``/tmp/...`` paths land there). A training
 command runs as printed with its length cut to :data:`STEPS` steps (``train.stop_step``) and without
 the figure and the TensorBoard files (``tests/test_demo.py`` checks those): the demo's own model,
-batch and data. The blocks of docs/ run in ``tests/test_docs_manual.py`` and
-``tests/test_docs_pages.py`` (the test workers balance by file). Where a command reads data the test
-makes it: the local files the page names, the files the page's other blocks show (``mymixers.py``,
-``myformats.py``, ``fit.json``), and local stand-ins for Hugging Face datasets with the fields of the real ones, read
+batch and data. The blocks of docs/ run in ``tests/test_docs_manual.py``,
+``tests/test_docs_walkthroughs.py`` and ``tests/test_docs_pages.py`` (the test workers balance by
+file). Where a command reads data the test makes it: the local files the page names, the modules and
+files the page's other blocks show (``mymixers.py``, ``myformats.py``, ``fit.json``, a page's
+``# name.py`` blocks), and local stand-ins for Hugging Face datasets with the fields of the real ones, read
 offline in place of the names. The GPU-sized ANDREA-120M commands run on 8 simulated CPU devices
 with the model and batch shrunk. Commands run elsewhere or not at all are listed in
 :data:`ELSEWHERE` and :data:`NOT_RUN` with the reason. The README's python blocks run in
@@ -181,7 +182,7 @@ SHRINK_120M = ("--config.model.num_layers=2", "--config.model.d_model=64",
 STEPS_120M = 2
 
 
-# The rest: test_docs_manual.py and test_docs_pages.py.
+# The rest: test_docs_manual.py, test_docs_pages.py and test_docs_walkthroughs.py.
 FRONT = [REPO / "README.md", REPO / "notebooks" / "README.md"]
 
 
