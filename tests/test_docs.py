@@ -10,8 +10,8 @@ batch and data. The blocks of docs/ run in ``tests/test_docs_manual.py``,
 ``tests/test_docs_walkthroughs.py`` and ``tests/test_docs_pages.py`` (the test workers balance by
 file). Where a command reads data the test makes it: the local files the page names, the modules and
 files the page's other blocks show (``mymixers.py``, ``myformats.py``, ``fit.json``, a page's
-``# name.py`` blocks), and local stand-ins for Hugging Face datasets with the fields of the real ones, read
-offline in place of the names. The GPU-sized ANDREA-120M commands run on 8 simulated CPU devices
+``# name.py`` blocks), and local stand-ins for Hugging Face datasets with the fields of the real
+ones, read offline in place of the names. The GPU-sized ANDREA-120M commands run on 8 simulated CPU devices
 with the model and batch shrunk. Commands run elsewhere or not at all are listed in
 :data:`ELSEWHERE` and :data:`NOT_RUN` with the reason. The README's python blocks run in
 ``tests/test_custom_loop.py`` (the loop) and ``tests/test_demo.py`` (sampling from the demo's
