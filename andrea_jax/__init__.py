@@ -3,7 +3,8 @@
 In reading order, the way one training step goes through the package (the layers and a table of
 where to change what: ``docs/architecture.md``):
 
-* :mod:`andrea_jax.main` -- the command line: flags only, then :func:`andrea_jax.train.train_and_evaluate`.
+* :mod:`andrea_jax.main` -- the command line: flags only, then
+  :func:`andrea_jax.train.train_and_evaluate`.
 * :mod:`andrea_jax.config` -- the base config, one commented field each; :mod:`andrea_jax.runconfig`
   validates it, once, into a typed ``Run`` (with :mod:`andrea_jax.checks` and
   :mod:`andrea_jax.plugins`): nothing below reads the ``ConfigDict``.

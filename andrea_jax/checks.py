@@ -1,4 +1,4 @@
-"""The checks every config field goes through: one function per kind of value, each naming the field.
+"""The checks every config field goes through: a function per kind of value, each naming the field.
 
 Every validator of the package (the run's sections, the mixers' and probes' arguments, the data
 formats' fields, the bandit's parameters, the functions' arguments) checks its values with these,
