@@ -20,7 +20,6 @@ directory whose checkpoints are all damaged: the run never silently restarts fro
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import re
@@ -39,6 +38,7 @@ import orbax.checkpoint as ocp
 from andrea_jax import checks
 from andrea_jax import runconfig
 from andrea_jax import storage
+from andrea_jax.data import hashing
 from andrea_jax.model import init_params
 
 SEAL = "andrea_checksums.json"
@@ -59,12 +59,7 @@ class CheckpointError(RuntimeError):
   """No usable checkpoint, or one that does not fit the run."""
 
 
-def _sha256(path: str) -> str:
-  h = hashlib.sha256()
-  with open(path, "rb") as f:
-    for chunk in iter(lambda: f.read(1 << 20), b""):
-      h.update(chunk)
-  return h.hexdigest()
+_sha256 = hashing.sha256_file
 
 
 def _files(step_dir: str) -> list[str]:

@@ -43,6 +43,7 @@ import jax
 import numpy as np
 
 from andrea_jax import checks, convert
+from andrea_jax.data import hashing
 from andrea_jax.data.errors import DataError
 from andrea_jax.model import ModelConfig, PyTree
 
@@ -195,13 +196,9 @@ def safetensors_shapes(path: str) -> dict[str, tuple[int, ...]]:
     raise InitError(f"{path}: not a safetensors file ({e})") from e
 
 
-def file_sha256(path: str) -> str:
-  """SHA-256 of a file's bytes (what ``sha256sum`` prints)."""
-  h = hashlib.sha256()
-  with open(path, "rb") as f:
-    for chunk in iter(lambda: f.read(1 << 20), b""):
-      h.update(chunk)
-  return h.hexdigest()
+file_sha256 = hashing.sha256_file
+"""SHA-256 of a file's bytes, what ``sha256sum`` prints
+(:func:`andrea_jax.data.hashing.sha256_file`)."""
 
 
 def params_sha256(params: PyTree) -> str:
