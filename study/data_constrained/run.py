@@ -9,6 +9,7 @@ r"""The study's runs in batches, in the protocol's priority order, and its repor
   python -m study.data_constrained.run --batch decisive34 # seeds 3-4 of walk_gain, best_static
   python -m study.data_constrained.run --batch rest       # the other seeds; uniform's longer runs
   python -m study.data_constrained.run --batch optional   # dga, target_only_dev
+  python -m study.data_constrained.run --batch all        # all of them, in that order
   python -m study.data_constrained.run --report           # the scoreboard and the verdict
   python -m study.data_constrained.run --figures          # figures/*.png
 
@@ -61,12 +62,22 @@ def pilot_plan(root: str = score.ROOT) -> list[dict]:
 
 
 def plan(batch: str, root: str = score.ROOT) -> list[dict]:
-  """The runs of ``batch`` that can be planned now, in order."""
+  """The runs of ``batch`` that can be planned now, in order (``best_static`` and
+  ``best_schedule`` once the pilot has picked them; ``"all"``: every batch's, in
+  :data:`BATCHES`' order, so that a free slot takes the next run the protocol can start)."""
+  if batch == "all":
+    return [r for b in BATCHES for r in plan(b, root)]
   if batch == "pilot":
     return pilot_plan(root)
   target = score.regime(root)
   if target in (None, "none"):
     return []                                    # the pilot decides first (or the study stops)
+  picked = {"best_static": score.static_pick(target, root) is not None,
+            "best_schedule": score.schedule_pick(target, root) is not None}
+  return [r for r in _batch(batch, target) if picked.get(r["arm"], True)]
+
+
+def _batch(batch: str, target: str) -> list[dict]:
   runs = lambda names, seeds, steps=arms.STEPS: [
       {"arm": a, "seed": s, **({"steps": steps} if steps != arms.STEPS else {}),
        "target": target} for s in seeds for a in names]
@@ -162,8 +173,7 @@ def main(argv=None):
   if args.smoke:
     smoke(args.jobs, os.path.join(os.path.dirname(os.path.abspath(args.root)), "smoke"))
   for batch in args.batch:
-    for b in (BATCHES if batch == "all" else (batch,)):
-      run_batch(b, args.jobs, args.root)
+    run_batch(batch, args.jobs, args.root)
   if args.report:
     from study.data_constrained import report
     print(report.report(args.root))

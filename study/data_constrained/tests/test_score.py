@@ -80,6 +80,13 @@ def test_the_batches_in_priority_order(tmp_path):
   root = str(tmp_path)
   for name, sel in zip(score.GRID, (1.9, 1.8, 1.7, 1.75, 1.85)):
     _fake(tmp_path, name, SEL, select=sel)
+  # before step 2 has run, best_static and best_schedule wait; "all" fills a slot with the next
+  assert [a["arm"] for a in run.plan("core0", root)] == [
+      a for a in run.CORE if a not in ("best_static", "best_schedule")]
+  assert [a["arm"] for a in run.plan("all", root)][5:8] == ["t20_nr", "walk_gain", "target_only"]
+  _fake(tmp_path, "t20_nr", SEL, select=1.8)
+  for name in ("late_t20_nrcl", "early_t20_nrcl"):
+    _fake(tmp_path, name, SEL, select=1.8)
   assert [a["arm"] for a in run.plan("core0", root)] == list(run.CORE)
   assert len(run.plan("decisive", root)) == 8
   assert [(a["arm"], a["steps"]) for a in run.plan("long", root)] == (
