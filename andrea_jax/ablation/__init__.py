@@ -4,9 +4,10 @@
 * :mod:`~andrea_jax.ablation.engine` -- :func:`train_variants` (one ``jit(scan(vmap(step)))``
   program) and :func:`loop_baseline` (the variants one after the other with the normal step);
 * :mod:`~andrea_jax.ablation.result` -- :class:`AblationResult`: loss curves ``[K, N]``, held-out
-  loss per source ``[K, E, S]``, final parameters, samples and repetition scores;
-* :mod:`~andrea_jax.ablation.equal_compute` -- :func:`steps_to_reach` and :func:`worth`: what a
-  run is worth in the steps of a baseline trained at several lengths on its own schedules.
+  loss per source ``[K, E, S]``, final parameters, samples and repetition scores.
+
+(Equal-compute scoring, what a run is worth in the steps of a baseline trained at several lengths,
+is the studies' own: ``study/equal_compute.py``.)
 
 Example (the warmup ablation of the source document, scaled down)::
 
@@ -16,7 +17,6 @@ Example (the warmup ablation of the source document, scaled down)::
   print(res.table())
 """
 
-from andrea_jax.ablation.equal_compute import steps_to_reach, worth
 from andrea_jax.ablation.engine import (VariantState, default_mixture, init_variants, loop_baseline,
                                         make_optimizer, train_variants, variant_step)
 from andrea_jax.ablation.result import AblationResult, generate_samples
@@ -25,5 +25,5 @@ from andrea_jax.ablation.variants import VARIANT_FIELDS, Variant, resolve_varian
 __all__ = [
     "AblationResult", "VARIANT_FIELDS", "Variant", "VariantState", "default_mixture",
     "generate_samples", "init_variants", "loop_baseline", "make_optimizer", "resolve_variants",
-    "run_config", "steps_to_reach", "train_variants", "variant_step", "worth",
+    "run_config", "train_variants", "variant_step",
 ]

@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from andrea_jax.ablation import equal_compute
+from study import equal_compute
 from study.target_reward import arms
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
