@@ -291,7 +291,7 @@ def breakages() -> st.SearchStrategy[Breakage]:
                        (Set("curriculum.mixer.reward", "target_gain"),))),
       st.just(Breakage("cross-field", "eval.target is not set",
                        (Set("probes.target_gain.every", 4),))),
-      st.just(Breakage("cross-field", "reads the signal 'grad_cos'",
+      st.just(Breakage("cross-field", "reward = 'grad_cos' is neither a built-in reward",
                        (Set("curriculum.mixer.reward", "grad_cos"),))),
       _int_field("probes.target_gain.every", 0),
       _int_field("probes.target_gain.rows_per_source", 1),
