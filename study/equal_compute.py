@@ -126,3 +126,23 @@ def worth(steps_K: Sequence[float], losses_K: Sequence[float], loss: float, step
   """
   n, relation = steps_to_reach(steps_K, losses_K, loss, envelope=envelope)
   return n / (steps * (1.0 + overhead)), relation
+
+
+def step_flops(config) -> float:
+  """XLA's FLOPs count for one compiled training step of ``config`` (an ml-collections config),
+  its probes' rows included, from shapes alone (nothing runs)."""
+  import jax
+  from andrea_jax import probes, runconfig, step as step_lib, train
+  run = runconfig.build(config)
+  state = jax.eval_shape(lambda: train.init_state(run, train.run_keys(0)))
+  seq = config.data.seq_len
+  spec = lambda n: {k: jax.ShapeDtypeStruct((n, seq), "int32") for k in
+                    ("inputs", "targets", "segment_ids", "positions")} | {
+                        "source_ids": jax.ShapeDtypeStruct((n,), "int32")}
+  batch = spec(config.data.global_batch_size)
+  for probe in run.step.probes:
+    for group, n in probe.rows.items():
+      batch |= {probes.rows_key(probe.name, group, k): v for k, v in spec(n).items()}
+  compiled = jax.jit(lambda s, b: step_lib.train_step(run.step, s, b)).lower(state, batch).compile()
+  cost = compiled.cost_analysis()
+  return float((cost[0] if isinstance(cost, list) else cost)["flops"])

@@ -30,6 +30,14 @@ def _plt():
   return plt
 
 
+def _save(plt, fig, out: str, name: str) -> str:
+  fig.tight_layout()
+  path = os.path.join(out, name)
+  fig.savefig(path, dpi=90)
+  plt.close(fig)
+  return path
+
+
 def _series(recs: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
   got = [(r["step"], r[key]) for r in recs if key in r]
   return (np.array([g[0] for g in got]), np.array([g[1] for g in got])) if got else (
@@ -60,11 +68,7 @@ def mixture_paths(root: str, target: str, out: str) -> str | None:
     ax.tick_params(labelsize=7)
   axes[0][0].set_ylabel("mixture", fontsize=8)
   axes[0][-1].legend(fontsize=6, loc="lower right")
-  fig.tight_layout()
-  path = os.path.join(out, "mixture_paths.png")
-  fig.savefig(path, dpi=90)
-  plt.close(fig)
-  return path
+  return _save(plt, fig, out, "mixture_paths.png")
 
 
 def gains(root: str, target: str, out: str) -> str | None:
@@ -96,11 +100,7 @@ def gains(root: str, target: str, out: str) -> str | None:
   bx.legend(fontsize=5)
   for x in (ax, bx):
     x.tick_params(labelsize=7)
-  fig.tight_layout()
-  path = os.path.join(out, "gains.png")
-  fig.savefig(path, dpi=90)
-  plt.close(fig)
-  return path
+  return _save(plt, fig, out, "gains.png")
 
 
 def scores(root: str, target: str, out: str) -> str | None:
@@ -124,11 +124,7 @@ def scores(root: str, target: str, out: str) -> str | None:
   ax.set_ylabel(arms.SCORE_KEY, fontsize=8)
   ax.tick_params(labelsize=7)
   ax.legend(fontsize=6)
-  fig.tight_layout()
-  path = os.path.join(out, "scores.png")
-  fig.savefig(path, dpi=90)
-  plt.close(fig)
-  return path
+  return _save(plt, fig, out, "scores.png")
 
 
 def make_all(root: str = score.ROOT, out: str = OUT) -> list[str]:

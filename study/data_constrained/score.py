@@ -177,27 +177,9 @@ def gain_overhead(root: str = ROOT) -> float:
     saved = json.load(open(cache))
     if saved["gain"] == arms.GAIN:
       return saved["overhead"]
-  import jax
-  from andrea_jax import probes, runconfig, step as step_lib, train
-  flops = []
-  for arm in ("walk_progress", "walk_gain"):
-    c = arms.get_config(f"arm={arm}")
-    if arm == "walk_gain":
-      c.probes.target_gain.every = 1
-    run = runconfig.build(c)
-    state = jax.eval_shape(lambda: train.init_state(run, train.run_keys(0)))
-    rows, seq = c.data.global_batch_size, c.data.seq_len
-    spec = lambda n: {k: jax.ShapeDtypeStruct((n, seq), "int32") for k in
-                      ("inputs", "targets", "segment_ids", "positions")} | {
-                          "source_ids": jax.ShapeDtypeStruct((n,), "int32")}
-    batch = spec(rows)
-    for probe in run.step.probes:
-      for group, n in probe.rows.items():
-        batch |= {probes.rows_key(probe.name, group, k): v for k, v in spec(n).items()}
-    compiled = jax.jit(lambda s, b: step_lib.train_step(run.step, s, b)).lower(
-        state, batch).compile()
-    cost = compiled.cost_analysis()
-    flops.append(float((cost[0] if isinstance(cost, list) else cost)["flops"]))
+  configs = [arms.get_config(f"arm={arm}") for arm in ("walk_progress", "walk_gain")]
+  configs[1].probes.target_gain.every = 1
+  flops = [equal_compute.step_flops(c) for c in configs]
   overhead = (flops[1] - flops[0]) / flops[0] / arms.GAIN["every"]
   os.makedirs(root, exist_ok=True)
   json.dump({"gain": arms.GAIN, "flops": flops, "overhead": overhead}, open(cache, "w"))

@@ -119,27 +119,9 @@ def gain_overhead() -> float:
   """The target gain's compute per step of the ``andrea_gain`` arm, as a fraction of a step's
   FLOPs: XLA's count for the step measuring at every step, less the step without, over
   ``GAIN_EVERY``."""
-  import jax
-  from andrea_jax import probes, runconfig, step as step_lib, train
-  flops = []
-  for every in (0, 1):
-    c = arms.get_config("arm=andrea_gain" if every else "arm=andrea")
-    if every:
-      c.probes.target_gain.every = 1
-    run = runconfig.build(c)
-    state = jax.eval_shape(lambda: train.init_state(run, train.run_keys(0)))
-    rows, seq = c.data.global_batch_size, c.data.seq_len
-    spec = lambda n: {k: jax.ShapeDtypeStruct((n, seq), "int32") for k in
-                      ("inputs", "targets", "segment_ids", "positions")} | {
-                          "source_ids": jax.ShapeDtypeStruct((n,), "int32")}
-    batch = spec(rows)
-    for probe in run.step.probes:
-      for group, n in probe.rows.items():
-        batch |= {probes.rows_key(probe.name, group, k): v for k, v in spec(n).items()}
-    compiled = jax.jit(lambda s, b: step_lib.train_step(run.step, s, b)).lower(
-        state, batch).compile()
-    cost = compiled.cost_analysis()
-    flops.append(float((cost[0] if isinstance(cost, list) else cost)["flops"]))
+  base, gain = arms.get_config("arm=andrea"), arms.get_config("arm=andrea_gain")
+  gain.probes.target_gain.every = 1
+  flops = [equal_compute.step_flops(c) for c in (base, gain)]
   return (flops[1] - flops[0]) / flops[0] / arms.GAIN_EVERY
 
 
